@@ -1,0 +1,107 @@
+#include "00_oracle.hpp"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <limits>
+
+namespace flashlab {
+
+namespace {
+
+using MatrixD = Eigen::MatrixXd;
+
+MatrixD head_matrix(const HostTensor& t, int head, int first_row, int length) {
+  MatrixD m(length, t.dim);
+  for (int r = 0; r < length; ++r)
+    for (int c = 0; c < t.dim; ++c) m(r, c) = t.at(first_row + r, head, c);
+  return m;
+}
+
+void add_head_matrix(OracleTensor& t, int head, int first_row, const MatrixD& m) {
+  for (int r = 0; r < m.rows(); ++r)
+    for (int c = 0; c < m.cols(); ++c) t.at(first_row + r, head, c) += m(r, c);
+}
+
+}  // namespace
+
+OracleResult oracle_attention(const Problem& problem, const AttentionTensors& inputs, const HostTensor* dO,
+                              OracleOptions options) {
+  problem.validate();
+  const int dv = problem.value_dim();
+  OracleResult result;
+  result.O = OracleTensor(problem.total_rows_q(), problem.heads_q, dv);
+  result.LSE = OracleTensor(problem.total_rows_q(), problem.heads_q, 1);
+  if (dO) {
+    result.dQ = OracleTensor(problem.total_rows_q(), problem.heads_q, problem.head_dim);
+    result.dK = OracleTensor(problem.total_rows_k(), problem.heads_kv, problem.head_dim);
+    result.dV = OracleTensor(problem.total_rows_k(), problem.heads_kv, dv);
+  }
+  constexpr double kNegInfD = -std::numeric_limits<double>::infinity();
+
+  for (int b = 0; b < problem.batch; ++b) {
+    for (int h = 0; h < problem.heads_q; ++h) {
+      const HeadProblem head = head_problem(problem, b, h);
+      const int sq = head.seqlen_q, sk = head.seqlen_k;
+      const int row_q = problem.first_row_q(b), row_k = problem.first_row_k(b), kv = problem.kv_head(h);
+      const MatrixD q = head_matrix(inputs.Q, h, row_q, sq);
+      const MatrixD k = head_matrix(inputs.K, kv, row_k, sk);
+      const MatrixD v = head_matrix(inputs.V, kv, row_k, sk);
+      const double scale = problem.scale();
+
+      // S = scale Q K^T, then softcap, ALiBi and the mask; P = softmax(S) row by row.
+      const MatrixD scaled = scale * q * k.transpose();
+      MatrixD s(sq, sk), p = MatrixD::Zero(sq, sk), derivative = MatrixD::Ones(sq, sk);
+      for (int i = 0; i < sq; ++i) {
+        for (int j = 0; j < sk; ++j) {
+          double score = scaled(i, j);
+          if (head.softcap > 0) {
+            const double t = std::tanh(score / head.softcap);
+            score = head.softcap * t;
+            derivative(i, j) = 1.0 - t * t;
+          }
+          if (head.alibi_slope != 0) score -= head.alibi_slope * std::abs(i + head.diagonal_offset() - j);
+          s(i, j) = head.key_visible(i, j) ? score : kNegInfD;
+        }
+        const double row_max = s.row(i).maxCoeff();
+        if (row_max == kNegInfD) {
+          result.LSE.at(row_q + i, h, 0) = kNegInfD;  // fully masked row: P = 0, O = 0
+          continue;
+        }
+        double sum = 0;
+        for (int j = 0; j < sk; ++j) sum += (p(i, j) = std::exp(s(i, j) - row_max));
+        p.row(i) /= sum;
+        result.LSE.at(row_q + i, h, 0) = row_max + std::log(sum);
+      }
+      // Dropout: Z_ij / (1 - p) multiplies P before it meets V.
+      MatrixD keep = MatrixD::Ones(sq, sk);
+      if (head.dropout.probability > 0) {
+        for (int i = 0; i < sq; ++i)
+          for (int j = 0; j < sk; ++j) keep(i, j) = head.dropout_keeps(i, j) ? 1.0 / (1.0 - head.dropout.probability) : 0.0;
+      }
+      const MatrixD p_dropped = p.cwiseProduct(keep);
+      const MatrixD o = p_dropped * v;
+      add_head_matrix(result.O, h, row_q, o);
+      if (options.keep_probabilities) {
+        std::vector<double> flat(static_cast<std::size_t>(sq) * sk);
+        for (int i = 0; i < sq; ++i)
+          for (int j = 0; j < sk; ++j) flat[static_cast<std::size_t>(i) * sk + j] = p_dropped(i, j);
+        result.P.push_back(std::move(flat));
+      }
+      if (!dO) continue;
+
+      // Gradients (FA1 Appendix B.2): dV = P_drop^T dO, dP = (dO V^T) * Z, D = rowsum(dO * O),
+      // dS = P * (dP - D), chained through the softcap; dQ = scale dS K, dK = scale dS^T Q.
+      const MatrixD d_out = head_matrix(*dO, h, row_q, sq);
+      const MatrixD dv_head = p_dropped.transpose() * d_out;
+      const MatrixD dp = (d_out * v.transpose()).cwiseProduct(keep);
+      const Eigen::VectorXd D = d_out.cwiseProduct(o).rowwise().sum();
+      MatrixD ds = p.cwiseProduct(dp.colwise() - D).cwiseProduct(derivative);
+      add_head_matrix(result.dQ, h, row_q, scale * ds * k);
+      add_head_matrix(result.dK, kv, row_k, scale * ds.transpose() * q);
+      add_head_matrix(result.dV, kv, row_k, dv_head);
+    }
+  }
+  return result;
+}
+
+}  // namespace flashlab

@@ -1,0 +1,40 @@
+// The oracle: naive materialised attention in double precision (FA1 Algorithm 0 without the
+// HBM round trips), with analytic gradients. Every schedule and kernel is checked against it.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "problem.hpp"
+#include "tensors.hpp"
+
+namespace flashlab {
+
+// A double-precision tensor in the [rows, heads, dim] layout.
+struct OracleTensor {
+  int rows = 0, heads = 0, dim = 0;
+  std::vector<double> values;
+
+  OracleTensor() = default;
+  OracleTensor(int rows, int heads, int dim) : rows(rows), heads(heads), dim(dim), values(static_cast<std::size_t>(rows) * heads * dim, 0.0) {}
+  double& at(int row, int head, int col) { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
+  double at(int row, int head, int col) const { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
+};
+
+struct OracleResult {
+  OracleTensor O, LSE;         // LSE: dim 1; -inf for fully masked rows
+  OracleTensor dQ, dK, dV;     // when dO was given
+  // P per (batch, head) when asked for: P[b * heads_q + h] is seqlen_q_of(b) x seqlen_k_of(b),
+  // row-major, after dropout (the matrix that multiplies V).
+  std::vector<std::vector<double>> P;
+};
+
+struct OracleOptions {
+  bool keep_probabilities = false;
+};
+
+// Inputs are read as given (already rounded to the problem's dtype); all math in double.
+OracleResult oracle_attention(const Problem& problem, const AttentionTensors& inputs,
+                              const HostTensor* dO = nullptr, OracleOptions options = {});
+
+}  // namespace flashlab

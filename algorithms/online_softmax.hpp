@@ -1,0 +1,50 @@
+// The online-softmax recurrence of FlashAttention, written once and shared by every tiled
+// forward schedule (FA2 Algorithm 1, lines 5 and 9-13; Milakov and Gimelshein 2018).
+#pragma once
+
+#include "tile_memory.hpp"
+
+namespace flashlab {
+
+// The running state of one query block, all on chip: max m, sum l, unnormalised output o.
+struct SoftmaxState {
+  Tile m, l, o;
+};
+
+// FA2 Algorithm 1, line 5: O = 0, l = 0, m = -inf.
+template <class Memory>
+SoftmaxState start_softmax_state(Memory& mem, Range rows, int value_dim) {
+  return {mem.vector(TensorId::m, rows, kNegInf), mem.vector(TensorId::l, rows, 0.0f),
+          mem.zeros(TensorId::O, rows, {0, value_dim})};
+}
+
+// FA2 Algorithm 1, lines 9-10: fold one score tile S and its value tile V into the state.
+//   m_new = max(m, rowmax(S)),  P = exp(S - m_new),  l = exp(m - m_new) l + rowsum(P),
+//   o = diag(exp(m - m_new)) o + P V.
+// Dropout (FA1 Algorithm 2) drops from P after its row sum, so l still normalises the undropped
+// probabilities.
+template <class Memory>
+void online_softmax_update(Memory& mem, SoftmaxState& state, const Tile& s, const Tile& v, const HeadProblem& head) {
+  Tile m_new = mem.row_max(TensorId::m, s);
+  mem.maximum(m_new, state.m);
+  Tile p = mem.exp_minus_row(TensorId::P, s, m_new);
+  Tile rescale = mem.exp_difference(TensorId::m, state.m, m_new);
+  Tile p_row_sum = mem.row_sum(TensorId::l, p);
+  mem.scale_rows(state.l, rescale);
+  mem.add(state.l, p_row_sum);
+  mem.apply_dropout(p, head);
+  mem.scale_rows(state.o, rescale);
+  mem.multiply_add(state.o, p, Transpose::no, v, Transpose::no);
+  state.m = std::move(m_new);
+  mem.note_softmax_state(state.m, state.l, rescale);
+}
+
+// FA2 Algorithm 1, lines 12-13: O = diag(l)^-1 o (in place) and returns L = m + log(l).
+// A fully masked row has l = 0: its output is 0 and its LSE is -inf.
+template <class Memory>
+Tile finish_softmax_state(Memory& mem, SoftmaxState& state) {
+  mem.divide_rows(state.o, state.l);
+  return mem.log_sum_exp(TensorId::LSE, state.m, state.l);
+}
+
+}  // namespace flashlab

@@ -1,0 +1,150 @@
+// The description of one attention problem, shared by every CPU schedule, the simulator and the
+// GPU kernels' host API. Plain data plus the few rules every consumer must agree on: which key a
+// query sees (masks), how a score is modified (scale, softcap, ALiBi), which probabilities dropout
+// keeps (a counter-based RNG, so a (seed, offset) pair reproduces the same mask anywhere).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "philox.hpp"
+
+namespace flashlab {
+
+// ---------------------------------------------------------------------------------------------
+// Element types. HBM holds inputs and outputs in the problem's dtype; the CPU emulates bf16/fp16
+// by rounding fp32 values (round to nearest even), which is exactly what a store to such a
+// tensor does on a GPU.
+enum class DType { fp32, fp16, bf16 };
+
+int element_bytes(DType dtype);
+const char* to_string(DType dtype);
+DType dtype_from_string(const std::string& name);  // "fp32", "fp16", "bf16"; throws otherwise
+float round_to(DType dtype, float value);
+
+// ---------------------------------------------------------------------------------------------
+// Masks. With seqlen_q != seqlen_k a causal mask is aligned to a corner of the score matrix:
+// top-left (query i sees key j iff j <= i) or bottom-right, the flash-attention convention
+// (query i sees key j iff j <= i + seqlen_k - seqlen_q). The sliding window uses the same
+// alignment: key j is visible iff i + offset - window_left <= j <= i + offset + window_right.
+enum class CausalAlignment { top_left, bottom_right };
+
+struct Mask {
+  bool causal = false;
+  CausalAlignment alignment = CausalAlignment::bottom_right;
+  int window_left = -1;   // -1: unbounded on the left
+  int window_right = -1;  // -1: unbounded on the right (causal implies 0)
+};
+
+// A block mask with its own granularity, shared by every batch and head: block (r, c) covers
+// query rows [r * block_rows, (r + 1) * block_rows) and keys [c * block_cols, ...).
+struct BlockSparsity {
+  int block_rows = 0;  // 0: no block sparsity
+  int block_cols = 0;
+  int row_blocks = 0;
+  int col_blocks = 0;
+  std::vector<std::uint8_t> keep;  // row-major row_blocks x col_blocks, 1 = computed
+
+  bool enabled() const { return block_rows > 0; }
+  bool kept(int row_block, int col_block) const {
+    return keep[static_cast<std::size_t>(row_block) * col_blocks + col_block] != 0;
+  }
+};
+
+// Dropout on the attention probabilities, as in FA1 Algorithm 2: element (i, j) of head h in
+// batch b is kept iff philox(seed, offset, b, h, i, j) >= probability, and scaled by
+// 1 / (1 - probability).
+struct Dropout {
+  float probability = 0.0f;  // in [0, 1)
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The whole problem. Tensors are laid out as [rows, heads, dim] with rows = batch * seqlen
+// (or the packed total for variable-length batches): the flash-attention layout.
+struct Problem {
+  int batch = 1;
+  int heads_q = 1;
+  int heads_kv = 1;  // MHA: heads_q; GQA: a divisor; MQA: 1
+  int seqlen_q = 1;  // for varlen batches: the longest sequence (filled by validate_and_resolve)
+  int seqlen_k = 1;
+  int head_dim = 64;        // of Q and K
+  int head_dim_v = 0;       // of V and O; 0: same as head_dim
+  double softmax_scale = 0; // 0: 1 / sqrt(head_dim)
+  Mask mask;
+  std::vector<float> alibi_slopes;  // one per query head, or empty
+  float softcap = 0.0f;             // 0: off; else score = softcap * tanh(score / softcap)
+  BlockSparsity block_sparsity;
+  std::vector<int> cu_seqlens_q;  // varlen: batch + 1 cumulative offsets, or empty
+  std::vector<int> cu_seqlens_k;
+  Dropout dropout;
+  DType dtype = DType::fp32;
+
+  // Throws std::invalid_argument whose message names the input and its allowed range.
+  void validate() const;
+
+  int value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  double scale() const;
+  bool varlen() const { return !cu_seqlens_q.empty(); }
+  int group_size() const { return heads_q / heads_kv; }
+  int kv_head(int head_q) const { return head_q / group_size(); }
+
+  int seqlen_q_of(int b) const;  // length of sequence b
+  int seqlen_k_of(int b) const;
+  int first_row_q(int b) const;  // its first row in the packed tensors
+  int first_row_k(int b) const;
+  int total_rows_q() const;
+  int total_rows_k() const;
+};
+
+// A problem with a varlen batch built from per-sequence lengths (fills cu_seqlens_* and the
+// maximum lengths).
+void set_varlen(Problem& problem, const std::vector<int>& seqlens_q, const std::vector<int>& seqlens_k);
+
+// ---------------------------------------------------------------------------------------------
+// One (sequence, head) of a problem: what a schedule sees. Everything a tile needs to know
+// about masking and score modification is here, with the rules written once.
+struct HeadProblem {
+  int batch_index = 0;
+  int head_index = 0;  // query head
+  int seqlen_q = 1;
+  int seqlen_k = 1;
+  int head_dim = 64;
+  int head_dim_v = 64;
+  float scale = 0.125f;
+  Mask mask;
+  float alibi_slope = 0.0f;  // 0: no ALiBi
+  float softcap = 0.0f;
+  const BlockSparsity* block_sparsity = nullptr;  // null: dense
+  Dropout dropout;
+  DType dtype = DType::fp32;
+
+  // The corner alignment: query i is aligned with key i + diagonal_offset().
+  int diagonal_offset() const;
+  bool key_visible(int row, int col) const;
+  bool key_visible_ignoring_sparsity(int row, int col) const;  // causal and window only
+  // The modified score of a visible (row, col), from the scaled dot product.
+  float modify_score(float scaled_score, int row, int col) const;
+  // d(modify_score) / d(scaled_score) at the same point (softcap's tanh derivative, else 1).
+  float modify_score_derivative(float scaled_score) const;
+  bool dropout_keeps(int row, int col) const;
+  float dropout_scale() const { return 1.0f / (1.0f - dropout.probability); }
+  bool modifies_scores() const { return softcap > 0 || alibi_slope != 0; }
+
+  // Block-level view of the mask, so schedules can skip blocks instead of masking them.
+  enum class BlockCoverage { empty, partial, full };
+  BlockCoverage coverage(int row_begin, int row_end, int col_begin, int col_end) const;
+  // The contiguous key range [first, last) that rows [row_begin, row_end) can see at all,
+  // from the causal and window masks (block sparsity is checked per block).
+  std::pair<int, int> visible_key_range(int row_begin, int row_end) const;
+};
+
+HeadProblem head_problem(const Problem& problem, int batch_index, int head_index);
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+}  // namespace flashlab

@@ -1,0 +1,84 @@
+#include "tile_memory.hpp"
+
+#include <sstream>
+
+namespace flashlab {
+
+std::int64_t Counters::hbm_read_bytes() const {
+  std::int64_t total = 0;
+  for (const TensorTraffic& t : tensor) total += t.hbm_read_bytes;
+  return total;
+}
+
+std::int64_t Counters::hbm_write_bytes() const {
+  std::int64_t total = 0;
+  for (const TensorTraffic& t : tensor) total += t.hbm_write_bytes;
+  return total;
+}
+
+Counters& Counters::operator+=(const Counters& other) {
+  for (int i = 0; i < kTensorCount; ++i) {
+    tensor[i].hbm_read_elements += other.tensor[i].hbm_read_elements;
+    tensor[i].hbm_write_elements += other.tensor[i].hbm_write_elements;
+    tensor[i].hbm_read_bytes += other.tensor[i].hbm_read_bytes;
+    tensor[i].hbm_write_bytes += other.tensor[i].hbm_write_bytes;
+  }
+  matmul_flops += other.matmul_flops;
+  exponentials += other.exponentials;
+  other_flops += other.other_flops;
+  sram_peak_bytes = std::max(sram_peak_bytes, other.sram_peak_bytes);
+  loads += other.loads;
+  stores += other.stores;
+  return *this;
+}
+
+const char* to_string(EventKind kind) {
+  switch (kind) {
+    case EventKind::load: return "load";
+    case EventKind::store: return "store";
+    case EventKind::compute: return "compute";
+    case EventKind::free: return "free";
+    case EventKind::softmax_update: return "softmax_update";
+    case EventKind::line: return "line";
+  }
+  return "?";
+}
+
+std::string Tile::describe() const {
+  std::ostringstream text;
+  text << to_string(id_) << "[rows " << rows_.begin << ".." << rows_.end() << ", cols " << cols_.begin << ".."
+       << cols_.end() << "] " << rows_.size << "x" << cols_.size << " " << to_string(dtype_) << " = " << bytes() << " B";
+  return text.str();
+}
+
+void SramArena::acquire(const Tile& tile) {
+  const std::int64_t bytes = tile.bytes();
+  if (capacity_bytes_ > 0 && in_use_bytes_ + bytes > capacity_bytes_) {
+    std::ostringstream message;
+    message << "SRAM overflow: tile " << tile.describe() << " does not fit: " << in_use_bytes_ << " B in use of M = "
+            << capacity_bytes_ << " B; live tiles:";
+    for (const Tile* live : live_) message << " " << live->describe() << ";";
+    throw SramOverflow(message.str());
+  }
+  in_use_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
+  live_.push_back(&tile);
+}
+
+void SramArena::release(const Tile& tile) {
+  in_use_bytes_ -= tile.bytes();
+  std::erase(live_, &tile);
+  if (sink) {
+    TraceEvent event;
+    event.kind = EventKind::free;
+    event.tensor = tile.id();
+    event.rows = tile.rows();
+    event.cols = tile.cols();
+    event.sram_bytes = in_use_bytes_;
+    sink->record(event);
+  }
+}
+
+void SramArena::relocate(const Tile* from, const Tile* to) { std::replace(live_.begin(), live_.end(), from, to); }
+
+}  // namespace flashlab

@@ -1,0 +1,105 @@
+#include "reference_check.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+
+namespace flashlab::reference {
+
+namespace {
+void fill_normal(HostTensor& t, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : t.values) x = round_to(t.dtype, normal(rng));
+}
+void fill_nan(HostTensor& t) {
+  for (float& x : t.values) x = std::numeric_limits<float>::quiet_NaN();
+}
+}  // namespace
+
+AttentionTensors random_inputs(const Problem& problem, std::uint64_t seed, bool with_backward) {
+  problem.validate();
+  AttentionTensors t = AttentionTensors::allocate(problem, with_backward);
+  std::mt19937_64 rng(seed);
+  fill_normal(t.Q, rng);
+  fill_normal(t.K, rng);
+  fill_normal(t.V, rng);
+  if (with_backward) fill_normal(t.dO, rng);
+  poison_outputs(t);
+  return t;
+}
+
+void poison_outputs(AttentionTensors& t) {
+  fill_nan(t.O);
+  fill_nan(t.LSE);
+  fill_nan(t.dQ);
+  fill_nan(t.dK);
+  fill_nan(t.dV);
+}
+
+std::uint64_t fresh_seed() {
+  static std::atomic<std::uint64_t> counter{0};
+  const auto now = static_cast<std::uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  return now * 0x9E3779B97F4A7C15ull + counter.fetch_add(1);
+}
+
+ErrorReport compare(const HostTensor& got, const OracleTensor& expected) {
+  ErrorReport report;
+  if (got.rows != expected.rows || got.heads != expected.heads || got.dim != expected.dim) {
+    report.max_error = std::numeric_limits<double>::infinity();
+    report.nan_count = -1;
+    return report;
+  }
+  for (int r = 0; r < got.rows; ++r) {
+    for (int h = 0; h < got.heads; ++h) {
+      for (int c = 0; c < got.dim; ++c) {
+        const double g = got.at(r, h, c), e = expected.at(r, h, c);
+        double error;
+        if (std::isnan(g)) {
+          ++report.nan_count;
+          error = std::numeric_limits<double>::infinity();
+        } else if (std::isinf(e) || std::isinf(g)) {
+          error = (g == e) ? 0.0 : std::numeric_limits<double>::infinity();
+        } else {
+          error = std::fabs(g - e);
+        }
+        if (report.row < 0 || error > report.max_error) {
+          report.max_error = error, report.row = r, report.head = h, report.col = c, report.got = g, report.expected = e;
+        }
+      }
+    }
+  }
+  return report;
+}
+
+std::string ErrorReport::describe(const std::string& tensor_name) const {
+  std::ostringstream text;
+  text << tensor_name << ": max error " << max_error << " at (row " << row << ", head " << head << ", col " << col
+       << "): got " << got << ", expected " << expected;
+  if (nan_count > 0) text << "; " << nan_count << " NaN or unwritten elements";
+  if (nan_count < 0) text << "; shape differs from the reference";
+  return text.str();
+}
+
+bool within_rule(const ErrorReport& error, double naive_error, Tolerance tolerance) {
+  return error.nan_count == 0 && error.max_error <= tolerance.factor * naive_error + tolerance.slack;
+}
+
+std::string describe(const Problem& p) {
+  std::ostringstream text;
+  text << "batch " << p.batch << ", heads " << p.heads_q << "/" << p.heads_kv << ", seqlen " << p.seqlen_q << "x"
+       << p.seqlen_k << (p.varlen() ? " (varlen)" : "") << ", d " << p.head_dim << "/" << p.value_dim() << ", "
+       << to_string(p.dtype);
+  if (p.mask.causal) text << ", causal " << (p.mask.alignment == CausalAlignment::top_left ? "top-left" : "bottom-right");
+  if (p.mask.window_left >= 0 || p.mask.window_right >= 0)
+    text << ", window (" << p.mask.window_left << ", " << p.mask.window_right << ")";
+  if (!p.alibi_slopes.empty()) text << ", alibi";
+  if (p.softcap > 0) text << ", softcap " << p.softcap;
+  if (p.block_sparsity.enabled()) text << ", block-sparse";
+  if (p.dropout.probability > 0) text << ", dropout " << p.dropout.probability;
+  return text.str();
+}
+
+}  // namespace flashlab::reference

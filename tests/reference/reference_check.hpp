@@ -1,0 +1,46 @@
+// The reference-test library: fresh random inputs, poisoned outputs, errors against the oracle
+// and the low-precision rule of the official flash-attention tests. CPU schedules, our GPU kernels
+// and outside kernels are all checked through it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "algorithms/00_oracle.hpp"
+#include "algorithms/problem.hpp"
+#include "algorithms/tensors.hpp"
+
+namespace flashlab::reference {
+
+// Standard-normal inputs (Q, K, V and dO when allocated) rounded to the problem's dtype, from a
+// seed the caller makes fresh per case; outputs (O, LSE, dQ, dK, dV) poisoned with NaN so that
+// an element a schedule never writes fails the check.
+AttentionTensors random_inputs(const Problem& problem, std::uint64_t seed, bool with_backward);
+void poison_outputs(AttentionTensors& tensors);
+
+// A fresh seed per call (time and a counter), reported with every failure so it can be replayed.
+std::uint64_t fresh_seed();
+
+// The largest |got - expected| over a tensor, where it is, and whether anything was NaN or
+// unwritten. -inf matches -inf (fully masked rows' LSE); a NaN anywhere is an infinite error.
+struct ErrorReport {
+  double max_error = 0;
+  int row = -1, head = -1, col = -1;
+  double got = 0, expected = 0;
+  long long nan_count = 0;
+  std::string describe(const std::string& tensor_name) const;
+};
+ErrorReport compare(const HostTensor& got, const OracleTensor& expected);
+
+// The official tests' rule: error <= factor * naive_error + slack, where naive_error is that of
+// a naive implementation in the same precision (factor 2 for outputs, 3 for gradients).
+struct Tolerance {
+  double factor = 2.0;
+  double slack = 1e-5;
+};
+bool within_rule(const ErrorReport& error, double naive_error, Tolerance tolerance);
+
+// A short description of a problem for failure reports.
+std::string describe(const Problem& problem);
+
+}  // namespace flashlab::reference
