@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,26 @@ struct HostTensor {
     return {id, dtype, values.data() + (static_cast<std::size_t>(first_row) * heads + head) * dim, length, dim,
             static_cast<std::ptrdiff_t>(heads) * dim};
   }
+};
+
+// Intermediate HBM tensors a schedule needs beyond its inputs and outputs (S and P of standard
+// attention, partial outputs of split-KV decoding, A of square tiling). In shape-only runs the
+// matrices carry shapes and no data.
+class HbmScratch {
+ public:
+  explicit HbmScratch(bool with_data) : with_data_(with_data) {}
+  HbmMatrix matrix(TensorId id, DType dtype, int rows, int cols) {
+    float* data = nullptr;
+    if (with_data_) {
+      buffers_.emplace_back(static_cast<std::size_t>(rows) * cols, 0.0f);
+      data = buffers_.back().data();
+    }
+    return {id, dtype, data, rows, cols, cols};
+  }
+
+ private:
+  bool with_data_;
+  std::deque<std::vector<float>> buffers_;
 };
 
 // The tensors of a problem, sized and laid out by the problem. Forward and backward buffers
