@@ -75,6 +75,7 @@ void SramArena::release(const Tile& tile) {
     event.rows = tile.rows();
     event.cols = tile.cols();
     event.sram_bytes = in_use_bytes_;
+    event.bytes = tile.bytes();
     sink->record(event);
   }
 }

@@ -69,14 +69,19 @@ struct TraceEvent {
   const char* op = "";            // compute: "matmul", "exp", "row_max", ...
   int line = 0;                   // line: the paper's algorithm line the schedule is at
   std::int64_t sram_bytes = 0;    // SRAM in use after the event
+  std::int64_t bytes = 0;         // the tile's size; load and store: the HBM bytes moved
   // softmax_update (data runs only): per row of the query block.
   std::vector<float> row_max, row_sum, rescale;
+  // compute (data runs only, when the sink asks): the tile's values after the op, row-major.
+  std::vector<float> values;
 };
 
 class TraceSink {
  public:
   virtual ~TraceSink() = default;
   virtual void record(const TraceEvent& event) = 0;
+  // Compute events of data runs carry the tile's values when it has at most this many elements.
+  std::int64_t value_elements_limit = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -210,7 +215,7 @@ class TileMemory {
         for (int c = 0; c < cols.size; ++c)
           destination.at(rows.begin + r, cols.begin + c) = round_to(destination.dtype, tile.values(r, c));
     }
-    emit_store(destination.id, rows, cols);
+    emit_store(destination, rows, cols);
   }
   void store(const HbmMatrix& destination, Range rows, const Tile& tile) {
     store(destination, rows, {0, destination.cols}, tile);
@@ -506,17 +511,23 @@ class TileMemory {
     event.cols = tile.cols();
     event.op = op;
     event.sram_bytes = arena_.in_use_bytes();
+    event.bytes = tile.bytes();
+    if constexpr (kWithData) {
+      if (kind == EventKind::compute && tile.elements() <= arena_.sink->value_elements_limit)
+        event.values.assign(tile.values.data(), tile.values.data() + tile.values.size());
+    }
     arena_.sink->record(event);
   }
   void emit_compute(const Tile& tile, const char* op) { emit(EventKind::compute, tile, op); }
-  void emit_store(TensorId id, Range rows, Range cols) {
+  void emit_store(const HbmMatrix& destination, Range rows, Range cols) {
     if (!arena_.sink) return;
     TraceEvent event;
     event.kind = EventKind::store;
-    event.tensor = id;
+    event.tensor = destination.id;
     event.rows = rows;
     event.cols = cols;
     event.sram_bytes = arena_.in_use_bytes();
+    event.bytes = static_cast<std::int64_t>(rows.size) * cols.size * element_bytes(destination.dtype);
     arena_.sink->record(event);
   }
 
