@@ -1,0 +1,80 @@
+// Checks shared by every kernel generation's host API (see attention_api.hpp).
+#include "kernels/attention_api.hpp"
+
+#include <cuda_runtime.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace flashlab::kernels {
+
+DeviceTensor flash_layout(void* data, const Problem& problem, int heads, int dim, bool is_query_side) {
+  DeviceTensor tensor;
+  tensor.data = data;
+  tensor.head_stride = dim;
+  tensor.row_stride = static_cast<std::int64_t>(heads) * dim;
+  const int seqlen = is_query_side ? problem.seqlen_q : problem.seqlen_k;
+  tensor.batch_stride = problem.varlen() ? 0 : static_cast<std::int64_t>(seqlen) * heads * dim;
+  return tensor;
+}
+
+namespace {
+[[noreturn]] void refuse(const char* kernel_name, const std::string& message) {
+  throw std::invalid_argument(std::string(kernel_name) + ": " + message);
+}
+}  // namespace
+
+void require_kernel_supported(const Problem& problem, const char* kernel_name) {
+  problem.validate();
+  if (!problem.alibi_slopes.empty()) refuse(kernel_name, "alibi_slopes are not supported; allowed: empty");
+  if (problem.softcap != 0.0f) refuse(kernel_name, "softcap = " + std::to_string(problem.softcap) + " is not supported; allowed: 0");
+  if (problem.block_sparsity.enabled()) refuse(kernel_name, "block_sparsity is not supported; allowed: disabled");
+  if (problem.dropout.probability != 0.0f) {
+    refuse(kernel_name, "dropout probability = " + std::to_string(problem.dropout.probability) + " is not supported; allowed: 0");
+  }
+  if (problem.value_dim() != problem.head_dim) {
+    refuse(kernel_name, "head_dim_v = " + std::to_string(problem.value_dim()) +
+                            " differs from head_dim = " + std::to_string(problem.head_dim) + "; allowed: equal");
+  }
+  if (problem.dtype == DType::fp32) refuse(kernel_name, "dtype fp32 is not supported; allowed: fp16, bf16");
+}
+
+void require_compute_capability(int major, int minor, const char* kernel_name) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  int have_major = 0, have_minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&have_major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&have_minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  if (have_major * 10 + have_minor < major * 10 + minor) {
+    std::ostringstream message;
+    message << "device compute capability " << have_major << "." << have_minor << " is not supported; allowed: >= "
+            << major << "." << minor;
+    refuse(kernel_name, message.str());
+  }
+}
+
+void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const char* kernel_name,
+                    std::size_t alignment_bytes, int stride_multiple) {
+  if (tensor.data == nullptr) refuse(kernel_name, std::string(tensor_name) + " is null; allowed: a device pointer");
+  if (reinterpret_cast<std::uintptr_t>(tensor.data) % alignment_bytes != 0) {
+    refuse(kernel_name, std::string(tensor_name) + " is not " + std::to_string(alignment_bytes) +
+                            "-byte aligned; allowed: aligned pointers");
+  }
+  const std::int64_t strides[3] = {tensor.batch_stride, tensor.row_stride, tensor.head_stride};
+  const char* names[3] = {"batch_stride", "row_stride", "head_stride"};
+  for (int i = 0; i < 3; ++i) {
+    if (strides[i] < 0 || strides[i] % stride_multiple != 0) {
+      refuse(kernel_name, std::string(tensor_name) + "." + names[i] + " = " + std::to_string(strides[i]) +
+                              "; allowed: a non-negative multiple of " + std::to_string(stride_multiple) + " elements");
+    }
+  }
+}
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(status));
+  }
+}
+
+}  // namespace flashlab::kernels

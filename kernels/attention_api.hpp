@@ -1,0 +1,97 @@
+// The host API shared by every GPU kernel generation. A kernel takes the same problem description
+// as the CPU schedules (flashlab::Problem: shapes, masks, dtype, varlen offsets) plus device
+// pointers with their strides and a stream. What a kernel cannot do is refused with
+// std::invalid_argument naming the unsupported input and what is allowed: there is no silent
+// fallback to another kernel or another precision.
+//
+// Layouts. A tensor is addressed as
+//   data[batch_index * batch_stride + position * row_stride + head * head_stride + column]
+// in elements (the last dimension is contiguous). For variable-length batches (problem.varlen())
+// position is the packed row (cu_seqlens[b] + i) and batch_stride is ignored. The defaults made by
+// flash_layout() are the flash-attention layout [batch * seqlen, heads, dim]; a PyTorch tensor in
+// [batch, heads, seqlen, dim] is described by its own strides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "algorithms/problem.hpp"
+
+namespace flashlab::kernels {
+
+// A device tensor of one of Q, K, V, O, dO, dQ, dK, dV (in the problem's dtype) or LSE (fp32,
+// dim 1: column is always 0).
+struct DeviceTensor {
+  void* data = nullptr;
+  std::int64_t batch_stride = 0;  // elements; ignored for varlen problems
+  std::int64_t row_stride = 0;    // elements between consecutive positions of a sequence
+  std::int64_t head_stride = 0;   // elements between consecutive heads
+};
+
+// The flash-attention layout [rows, heads, dim] (rows = batch * seqlen, or packed for varlen).
+DeviceTensor flash_layout(void* data, const Problem& problem, int heads, int dim, bool is_query_side);
+
+// Forward pass: O = softmax(scale * Q K^T + mask) V and LSE = log(sum(exp(...))) per query row
+// (natural log; -inf and O = 0 for a fully masked row).
+struct ForwardArgs {
+  DeviceTensor q, k, v, o;
+  DeviceTensor lse;  // fp32; may have data == nullptr when the caller does not need it (FA1 only)
+  // Device copies of problem.cu_seqlens_q / cu_seqlens_k (batch + 1 ints each) for varlen problems;
+  // required then, ignored otherwise.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  // Scratch for kernels that keep state in HBM (FA1: O in fp32, m, l). nullptr: the call
+  // allocates it stream-ordered (cudaMallocAsync) and frees it after the kernel.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// Backward pass (FA2 Algorithm 2): dQ, dK, dV from Q, K, V, O, LSE (from the forward) and dO.
+struct BackwardArgs {
+  DeviceTensor q, k, v, o, lse, d_o;
+  DeviceTensor dq, dk, dv;
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  // true: dQ accumulated in a fixed order, bitwise repeatable; false: fp32 atomics (faster).
+  bool deterministic = false;
+  // Scratch (D = rowsum(dO * O), the fp32 dQ accumulator, ...); size from
+  // fa2_backward_workspace_bytes(). nullptr: allocated stream-ordered by the call.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Generation 1 (kernels/01_fa1_forward.cu): FA1 Algorithm 1. One thread block per (batch, head),
+// K/V blocks in the outer loop, Q blocks in the inner loop, O, l and m re-read and re-written in
+// HBM. fp16 only, head_dim <= 128, compute capability >= 7.5 (mma.sync m16n8k8 on sm_75).
+void fa1_forward(const Problem& problem, const ForwardArgs& args);
+std::size_t fa1_forward_workspace_bytes(const Problem& problem);
+
+// Generation 2 (kernels/02_fa2_forward.cu): FA2 forward. bf16 and fp16, head_dim 32..256 in
+// multiples of 8, causal (both alignments), sliding windows, GQA/MQA, varlen. cc >= 8.0.
+void fa2_forward(const Problem& problem, const ForwardArgs& args);
+
+// Generation 2 backward (kernels/03_fa2_backward.cu).
+void fa2_backward(const Problem& problem, const BackwardArgs& args);
+std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool deterministic);
+
+// ---------------------------------------------------------------------------------------------
+// Checks shared by the generations (kernels/attention_api.cu). Each throws std::invalid_argument
+// naming the input and the allowed range.
+
+// problem.validate() plus the features no kernel implements yet: ALiBi, softcap, block sparsity,
+// dropout, head_dim_v != head_dim, fp32 tensors.
+void require_kernel_supported(const Problem& problem, const char* kernel_name);
+// The current device's compute capability is at least major.minor.
+void require_compute_capability(int major, int minor, const char* kernel_name);
+// Non-null data, alignment to `alignment_bytes`, strides multiples of `stride_multiple` elements.
+void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const char* kernel_name,
+                    std::size_t alignment_bytes, int stride_multiple);
+// Throws std::runtime_error naming the kernel if a CUDA call failed (cudaGetLastError after launch).
+void check_cuda(cudaError_t status, const char* what);
+
+}  // namespace flashlab::kernels
