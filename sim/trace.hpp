@@ -1,0 +1,120 @@
+// The trace recorder: a TraceSink that keeps the events of one schedule run in a bounded store,
+// and the versioned JSON form of a trace that the visualizer and the notebooks read.
+//
+//   TraceRecorder recorder;                       // bound: kDefaultMaxEvents events
+//   DataMemory mem(config, &recorder);
+//   fa2_forward(mem, head, tiling, tensors);
+//   Trace trace = recorder.finish(info);          // throws TraceOverflow if the bound was hit
+//   save_trace("fa2.json", trace);
+//
+// A trace that outgrows its bound is never cut short silently: the recorder keeps counting the
+// events it could not store and finish() refuses to hand back a partial trace. It does not throw
+// from record(), because record() also runs while tiles are freed during stack unwinding.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "algorithms/problem.hpp"
+#include "algorithms/tensors.hpp"
+#include "algorithms/tile_memory.hpp"
+
+namespace flashlab {
+
+// The JSON layout written by this build. A reader accepts exactly this version.
+inline constexpr int kTraceFormatVersion = 1;
+inline constexpr const char* kTraceFormatName = "flashlab-trace";
+
+// One event as stored: a TraceEvent that owns its strings, so it outlives the run and survives a
+// JSON round trip.
+struct RecordedEvent {
+  EventKind kind = EventKind::compute;
+  TensorId tensor = TensorId::S;
+  Range rows, cols;
+  std::string op;               // compute: "matmul", "exp", "row_max", ...
+  int line = 0;                 // line: the paper's algorithm line
+  std::int64_t sram_bytes = 0;  // SRAM in use after the event
+  std::int64_t bytes = 0;       // the tile's size; load and store: the HBM bytes moved
+  std::vector<float> row_max, row_sum, rescale;  // softmax_update: per row of the query block
+  std::vector<float> values;                     // compute: the tile's values, when recorded
+
+  std::int64_t elements() const { return static_cast<std::int64_t>(rows.size) * cols.size; }
+  bool operator==(const RecordedEvent&) const = default;
+};
+
+// What was run, so a reader can label and draw the trace without the code that made it.
+struct TraceInfo {
+  std::string schedule;  // the schedule's name, e.g. "fa2_forward"
+  int seqlen_q = 1;
+  int seqlen_k = 1;
+  int head_dim = 64;
+  int head_dim_v = 64;
+  DType dtype = DType::fp32;
+  Mask mask;
+  std::int64_t sram_capacity_bytes = 0;  // M in bytes; 0: unbounded
+  int block_rows = 0;                    // the schedule's tiling; 0: not applicable
+  int block_cols = 0;
+  bool operator==(const TraceInfo&) const;
+};
+
+struct Trace {
+  TraceInfo info;
+  std::vector<RecordedEvent> events;
+  bool operator==(const Trace&) const = default;
+};
+
+// A run produced more events than the recorder's bound.
+class TraceOverflow : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A trace file that cannot be read: not JSON, not a trace, another version, or a bad field.
+class TraceFormatError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class TraceRecorder : public TraceSink {
+ public:
+  static constexpr std::size_t kDefaultMaxEvents = 1'000'000;
+
+  // max_events: the bound on stored events. value_elements_limit: compute events of score and
+  // probability tiles (S, P) with at most this many elements keep their values (0: none).
+  explicit TraceRecorder(std::size_t max_events = kDefaultMaxEvents, std::int64_t value_elements_limit = 0);
+
+  void record(const TraceEvent& event) override;
+
+  std::size_t max_events() const { return max_events_; }
+  std::size_t seen_events() const { return seen_events_; }  // stored or not
+  bool overflowed() const { return seen_events_ > max_events_; }
+  const std::vector<RecordedEvent>& events() const { return events_; }
+
+  // The whole trace of a finished run. Throws TraceOverflow, naming the event count and the
+  // bound, when the run did not fit.
+  Trace finish(TraceInfo info);
+
+ private:
+  std::size_t max_events_;
+  std::size_t seen_events_ = 0;
+  std::vector<RecordedEvent> events_;
+};
+
+// JSON text of a trace (see docs/visualizer.md for the layout), and back. Non-finite floats
+// (the running max of a fully masked row is -inf) are written as the strings "-inf", "inf", "nan".
+std::string trace_to_json_text(const Trace& trace, int indent = -1);
+// source names the input in error messages ("trace file fa2.json").
+Trace trace_from_json_text(const std::string& text, const std::string& source = "trace");
+
+// Files. Throws std::runtime_error when the file cannot be opened or written, TraceFormatError
+// when its content is not a trace of this version.
+void save_trace(const std::string& path, const Trace& trace);
+Trace load_trace(const std::string& path);
+
+TensorId tensor_from_string(const std::string& name);     // throws std::invalid_argument
+EventKind event_kind_from_string(const std::string& name);  // throws std::invalid_argument
+
+}  // namespace flashlab
