@@ -1,0 +1,735 @@
+// Generation 2 backward: FlashAttention-2 Algorithm 2 (Dao 2023) on tensor cores (mma.sync
+// m16n8k16, ldmatrix, cp.async double buffering), sm_80 and newer, bf16 and fp16.
+//
+// Three kernels, in order on one stream:
+//   1. preprocess: D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), LSE rescaled to base 2, and the
+//      fp32 dQ accumulator zeroed.
+//   2. main: one thread block per (key block j, KV head, batch). K_j and V_j stay in shared memory
+//      (line 6); dK_j and dV_j accumulate in registers (line 7) over every query block i of every
+//      query head of the KV head's group (GQA/MQA sum over the group here, in registers). Per query
+//      block (lines 8-20): S = Q_i K_j^T is recomputed, P = exp2(S * scale * log2(e) - LSE *
+//      log2(e)), dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P o (dP - D_i), dK_j += dS^T Q_i and
+//      dQ_i += dS K_j, the latter added to an fp32 accumulator in HBM with atomics. Blocks that the
+//      causal or window mask hides entirely are skipped (never loaded), only blocks that straddle
+//      the mask boundary or the sequence ends are masked element by element.
+//   3. convert: dQ = scale * accumulator, rounded to the dtype (line 21's dQ written out).
+//
+// The warps split the key rows of the block: warp w owns keys [16w, 16w + 16) and computes the
+// transposed tiles S^T, P^T, dP^T, dS^T (keys x queries), so P^T and dS^T are already the A
+// operands of dV += P^T dO and dK += dS^T Q in registers, with no trip through shared memory.
+// Only dS^T goes to shared memory, for dQ = dS K, where the warps split the query rows instead.
+//
+// Deterministic mode: the key blocks that touch query block i add their dQ contributions in
+// increasing key-block order, serialised by a per-(batch, head, query block) counter in HBM (a
+// ticket lock): the same additions in the same order every run, so dQ is bitwise repeatable. dK
+// and dV never need it (each is owned by one thread block).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention_api.hpp"
+
+namespace flashlab::kernels {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxSupportedHeadDim = 128;
+
+// Everything the three kernels read, resolved on the host. Strides are in elements.
+struct BackwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* d_o;
+  const float* lse;
+  void* dq;
+  void* dk;
+  void* dv;
+  std::int64_t q_batch, q_row, q_head;
+  std::int64_t k_batch, k_row, k_head;
+  std::int64_t v_batch, v_row, v_head;
+  std::int64_t o_batch, o_row, o_head;
+  std::int64_t do_batch, do_row, do_head;
+  std::int64_t dq_batch, dq_row, dq_head;
+  std::int64_t dk_batch, dk_row, dk_head;
+  std::int64_t dv_batch, dv_row, dv_head;
+  std::int64_t lse_batch, lse_row, lse_head;
+  const int* cu_seqlens_q;  // null unless varlen
+  const int* cu_seqlens_k;
+  int batch, heads_q, heads_kv, group;
+  int seqlen_q, seqlen_k;  // the longest sequence for varlen problems
+  int head_dim;
+  int total_rows_q;  // rows of the workspace arrays: batch * seqlen_q, or the packed total
+  float scale;
+  float scale_log2;  // scale * log2(e)
+  bool causal_or_right;  // keys right of diagonal + window_right are hidden
+  int window_right;      // effective right bound (0 for causal)
+  bool has_left;
+  int window_left;
+  bool bottom_right;
+  bool deterministic;
+  int query_blocks;  // ceil(seqlen_q / kBlockM): stride of the deterministic counters
+  // Workspace.
+  float* lse_log2;    // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
+  float* delta;       // [heads_q][total_rows_q]: D = rowsum(dO * O)
+  float* dq_accum;    // [heads_q][total_rows_q][head_dim]
+  int* dq_counters;   // [batch][heads_q][query_blocks] (deterministic mode)
+};
+
+// Sequence b's extent: length and the offsets of its first row in the tensors and the workspace.
+struct SequenceView {
+  int seqlen_q, seqlen_k;
+  std::int64_t workspace_row_q;  // first row of the sequence in the workspace arrays
+  std::int64_t position_q, position_k;  // first position (packed row for varlen)
+  std::int64_t batch_q, batch_k;        // batch index multiplying batch strides (0 for varlen)
+};
+
+[[maybe_unused]] __device__ __forceinline__ SequenceView sequence_view(const BackwardParams& p, int b) {
+  SequenceView s;
+  if (p.cu_seqlens_q != nullptr) {
+    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    s.seqlen_q = p.cu_seqlens_q[b + 1] - q0;
+    s.seqlen_k = p.cu_seqlens_k[b + 1] - k0;
+    s.workspace_row_q = q0;
+    s.position_q = q0;
+    s.position_k = k0;
+    s.batch_q = s.batch_k = 0;
+  } else {
+    s.seqlen_q = p.seqlen_q;
+    s.seqlen_k = p.seqlen_k;
+    s.workspace_row_q = static_cast<std::int64_t>(b) * p.seqlen_q;
+    s.position_q = s.position_k = 0;
+    s.batch_q = s.batch_k = b;
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element conversions.
+template <typename T> __device__ __forceinline__ float to_float(T x);
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ std::uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ std::uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<std::uint32_t*>(&h);
+}
+template <> __device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<std::uint32_t*>(&h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 1: preprocess (Algorithm 2 line 4). One group of 8 lanes per (row, head); each lane reads
+// 16-byte chunks of dO and O.
+template <typename Element>
+__global__ void __launch_bounds__(256) backward_preprocess_kernel(BackwardParams p) {
+  constexpr int kLanesPerRow = 8;
+  const int group_index = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerRow;
+  const int lane = threadIdx.x % kLanesPerRow;
+  const int row = group_index / p.heads_q;  // workspace row
+  const int head = group_index % p.heads_q;
+  const bool active = row < p.total_rows_q;
+  float sum = 0.0f;
+  if (active) {
+    // Workspace row -> tensor address: packed rows for varlen, (batch, position) otherwise.
+    std::int64_t batch = 0, position = row;
+    if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
+    const auto* o = static_cast<const Element*>(p.o) + batch * p.o_batch + position * p.o_row + head * p.o_head;
+    const auto* d_o = static_cast<const Element*>(p.d_o) + batch * p.do_batch + position * p.do_row + head * p.do_head;
+    for (int col = lane * 8; col < p.head_dim; col += kLanesPerRow * 8) {
+      const uint4 o_chunk = *reinterpret_cast<const uint4*>(o + col);
+      const uint4 do_chunk = *reinterpret_cast<const uint4*>(d_o + col);
+      const Element* oe = reinterpret_cast<const Element*>(&o_chunk);
+      const Element* de = reinterpret_cast<const Element*>(&do_chunk);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum += to_float(oe[e]) * to_float(de[e]);
+    }
+    float* accum = p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.head_dim;
+    for (int col = lane * 4; col < p.head_dim; col += kLanesPerRow * 4) {
+      *reinterpret_cast<float4*>(accum + col) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+#pragma unroll
+  for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (active && lane == 0) {
+    std::int64_t batch = 0, position = row;
+    if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
+    const float lse = p.lse[batch * p.lse_batch + position * p.lse_row + head * p.lse_head];
+    const std::int64_t index = static_cast<std::int64_t>(head) * p.total_rows_q + row;
+    p.delta[index] = sum;
+    // A row that sees no key has LSE = -inf; +inf here makes every P of that row exactly 0.
+    p.lse_log2[index] = (lse == -INFINITY) ? INFINITY : lse * kLog2e;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 3: dQ = scale * accumulator, rounded to the dtype (4 columns per thread).
+template <typename Element>
+__global__ void __launch_bounds__(256) backward_convert_dq_kernel(BackwardParams p) {
+  const std::int64_t quad = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int quads_per_row = p.head_dim / 4;
+  const std::int64_t total = static_cast<std::int64_t>(p.total_rows_q) * p.heads_q * quads_per_row;
+  if (quad >= total) return;
+  const int col = static_cast<int>(quad % quads_per_row) * 4;
+  const std::int64_t row_head = quad / quads_per_row;
+  const int head = static_cast<int>(row_head % p.heads_q);
+  const int row = static_cast<int>(row_head / p.heads_q);
+  const float4 value =
+      *reinterpret_cast<const float4*>(p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.head_dim + col);
+  std::int64_t batch = 0, position = row;
+  if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
+  auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch + position * p.dq_row + head * p.dq_head + col;
+  uint2 packed;
+  packed.x = pack2<Element>(value.x * p.scale, value.y * p.scale);
+  packed.y = pack2<Element>(value.z * p.scale, value.w * p.scale);
+  *reinterpret_cast<uint2*>(dq) = packed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core and copy primitives (sm_80+).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ std::uint32_t smem_address(const void* pointer) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes global -> shared, zero-filled when !valid (then nothing is read).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(smem)));
+}
+
+// D = A B + D for one m16n8k16 tile, fp32 accumulators.
+template <typename Element>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                         std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                  std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void add_to_dq(float* address, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(address), make_float2(x, y));
+#else
+  atomicAdd(address, x);
+  atomicAdd(address + 1, y);
+#endif
+}
+#endif  // __CUDA_ARCH__ >= 800
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 2: the main loop. kHeadDim is head_dim rounded up to a multiple of 32 (the extra columns
+// are zero-filled in shared memory and never stored); kBlockN keys per thread block, 16 per warp;
+// kBlockM query rows per inner iteration.
+template <int kHeadDim_, int kBlockN_, int kBlockM_>
+struct BackwardTiling {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kWarps = kBlockN / 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStride = kHeadDim + 8;     // padded rows: ldmatrix without bank conflicts
+  static constexpr int kDsStride = kBlockM + 8;
+  // dQ = dS K: warps split the query rows in 16-row groups, then the columns.
+  static constexpr int kDqRowGroups = kBlockM / 16;
+  static constexpr int kDqColGroups = kWarps / kDqRowGroups;
+  static constexpr int kDqCols = kHeadDim / kDqColGroups;
+  static_assert(kWarps % kDqRowGroups == 0 && kDqCols % 16 == 0, "dQ warp layout");
+  static_assert(kHeadDim % 32 == 0 && kBlockM % 16 == 0, "tile shape");
+  // Shared memory, in elements of the dtype then floats.
+  static constexpr int kKvElements = kBlockN * kStride;   // each of K and V
+  static constexpr int kQElements = kBlockM * kStride;    // each of Q and dO, per stage
+  static constexpr int kDsElements = kBlockN * kDsStride;  // dS^T
+  static constexpr std::size_t kSmemBytes =
+      (2 * kKvElements + 4 * kQElements + kDsElements) * 2 + 4 * kBlockM * sizeof(float);
+};
+
+template <typename Element, typename Tiling>
+__global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(BackwardParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kHeadDim = Tiling::kHeadDim, kBlockN = Tiling::kBlockN, kBlockM = Tiling::kBlockM;
+  constexpr int kStride = Tiling::kStride, kDsStride = Tiling::kDsStride, kThreads = Tiling::kThreads;
+  constexpr int kChunksPerRow = kHeadDim / 8;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Element* sK = reinterpret_cast<Element*>(smem_raw);
+  Element* sV = sK + Tiling::kKvElements;
+  Element* sQ = sV + Tiling::kKvElements;      // [2][kBlockM][kStride]
+  Element* sdO = sQ + 2 * Tiling::kQElements;  // [2][kBlockM][kStride]
+  Element* sdS = sdO + 2 * Tiling::kQElements; // [kBlockN][kDsStride]: dS^T
+  float* sLse = reinterpret_cast<float*>(sdS + Tiling::kDsElements);  // [2][kBlockM]
+  float* sDelta = sLse + 2 * kBlockM;                                  // [2][kBlockM]
+
+  const int key_block = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // mma fragment coordinates
+
+  const SequenceView seq = sequence_view(p, b);
+  const int key_begin = key_block * kBlockN;
+  if (key_begin >= seq.seqlen_k) return;  // varlen: past this sequence's end
+  const int key_end = min(key_begin + kBlockN, seq.seqlen_k);
+  const int offset = p.bottom_right ? seq.seqlen_k - seq.seqlen_q : 0;  // key aligned with query 0
+
+  // The query rows that see at least one key of [key_begin, key_end): the mask's skipped blocks
+  // are never visited (FA2: blocks outside the causal / window band are skipped, not masked).
+  int query_first = 0, query_last = seq.seqlen_q;  // [first, last)
+  if (p.causal_or_right) query_first = max(query_first, key_begin - offset - p.window_right);
+  if (p.has_left) query_last = min(query_last, key_end - 1 - offset + p.window_left + 1);
+  const int block_first = query_first / kBlockM;
+  const int block_last = query_last > query_first ? (query_last - 1) / kBlockM + 1 : block_first;  // exclusive
+  const int blocks_per_head = block_last - block_first;
+  const int iterations = blocks_per_head * p.group;
+
+  // ---- Load K_j and V_j (line 6).
+  const Element* k_base = static_cast<const Element*>(p.k) + seq.batch_k * p.k_batch +
+                          (seq.position_k + key_begin) * p.k_row + static_cast<std::int64_t>(head_kv) * p.k_head;
+  const Element* v_base = static_cast<const Element*>(p.v) + seq.batch_k * p.v_batch +
+                          (seq.position_k + key_begin) * p.v_row + static_cast<std::int64_t>(head_kv) * p.v_head;
+  for (int chunk = tid; chunk < kBlockN * kChunksPerRow; chunk += kThreads) {
+    const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const bool valid = key_begin + row < key_end && col < p.head_dim;
+    cp_async_16(sK + row * kStride + col, valid ? k_base + row * p.k_row + col : k_base, valid);
+    cp_async_16(sV + row * kStride + col, valid ? v_base + row * p.v_row + col : v_base, valid);
+  }
+  cp_async_commit();
+
+  // Issue the loads of iteration `it` (query block and query head) into stage `stage`.
+  auto load_query_block = [&](int it, int stage) {
+    const int head_q = head_kv * p.group + it / blocks_per_head;
+    const int query_begin = (block_first + it % blocks_per_head) * kBlockM;
+    const Element* q_base = static_cast<const Element*>(p.q) + seq.batch_q * p.q_batch +
+                            (seq.position_q + query_begin) * p.q_row + static_cast<std::int64_t>(head_q) * p.q_head;
+    const Element* do_base = static_cast<const Element*>(p.d_o) + seq.batch_q * p.do_batch +
+                             (seq.position_q + query_begin) * p.do_row + static_cast<std::int64_t>(head_q) * p.do_head;
+    Element* q_stage = sQ + stage * Tiling::kQElements;
+    Element* do_stage = sdO + stage * Tiling::kQElements;
+    for (int chunk = tid; chunk < kBlockM * kChunksPerRow; chunk += kThreads) {
+      const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+      const bool valid = query_begin + row < seq.seqlen_q && col < p.head_dim;
+      cp_async_16(q_stage + row * kStride + col, valid ? q_base + row * p.q_row + col : q_base, valid);
+      cp_async_16(do_stage + row * kStride + col, valid ? do_base + row * p.do_row + col : do_base, valid);
+    }
+    const std::int64_t ws = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin;
+    for (int row = tid; row < kBlockM; row += kThreads) {
+      const bool valid = query_begin + row < seq.seqlen_q;
+      // Rows past the end: LSE 0 and D 0 with Q = dO = 0 give P = 1, dS = 0 and nothing is added
+      // to any stored output; they are masked anyway on the boundary block.
+      cp_async_4(sLse + stage * kBlockM + row, valid ? p.lse_log2 + ws + row : p.lse_log2, valid);
+      cp_async_4(sDelta + stage * kBlockM + row, valid ? p.delta + ws + row : p.delta, valid);
+    }
+  };
+
+  // Accumulators: warp w owns keys [16w, 16w + 16) of dK_j and dV_j, all kHeadDim columns.
+  constexpr int kDimTiles = kHeadDim / 8;
+  float acc_dk[kDimTiles][4], acc_dv[kDimTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[n][e] = acc_dv[n][e] = 0.0f;
+  }
+
+  if (iterations > 0) load_query_block(0, 0);
+  cp_async_commit();
+
+  // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16 in the PTX ISA):
+  //  A from row-major [m][k]: row (lane % 16), column 8 * (lane / 16).
+  //  B from [n][k] (non-transposed): n (lane % 8) + 8 * (lane / 16), k 8 * ((lane / 8) % 2).
+  //  B from [k][n] (transposed): k (lane % 16), n 8 * (lane / 16).
+  //  A from [k][m] storage (transposed): k (lane % 8) + 8 * (lane / 16), m 8 * ((lane / 8) % 2).
+  const int a_row = lane % 16, a_col = 8 * (lane / 16);
+  const int bn_n = lane % 8 + 8 * (lane / 16), bn_k = 8 * ((lane / 8) % 2);
+  const int bt_k = lane % 16, bt_n = 8 * (lane / 16);
+  const int at_k = lane % 8 + 8 * (lane / 16), at_m = 8 * ((lane / 8) % 2);
+  const int warp_key = warp * 16;  // first key row (within the block) of this warp
+  const int dq_row_group = warp % Tiling::kDqRowGroups, dq_col_group = warp / Tiling::kDqRowGroups;
+
+  for (int it = 0; it < iterations; ++it) {
+    const int stage = it % 2;
+    const int head_q = head_kv * p.group + it / blocks_per_head;
+    const int query_block = block_first + it % blocks_per_head;
+    const int query_begin = query_block * kBlockM;
+    cp_async_wait_all();
+    __syncthreads();  // stage `stage` is loaded; everyone is done with the other stage and sdS
+    if (it + 1 < iterations) load_query_block(it + 1, stage ^ 1);
+    cp_async_commit();
+
+    const Element* q_stage = sQ + stage * Tiling::kQElements;
+    const Element* do_stage = sdO + stage * Tiling::kQElements;
+    const float* lse_stage = sLse + stage * kBlockM;
+    const float* delta_stage = sDelta + stage * kBlockM;
+
+    // ---- S^T = K_j Q_i^T (line 11), this warp's 16 keys x kBlockM queries.
+    constexpr int kQueryTiles = kBlockM / 8;
+    float acc_s[kQueryTiles][4];
+    float acc_dp[kQueryTiles][4];
+#pragma unroll
+    for (int n = 0; n < kQueryTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[n][e] = acc_dp[n][e] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      std::uint32_t a_k[4], a_v[4];
+      ldmatrix_x4(a_k, sK + (warp_key + a_row) * kStride + kk * 16 + a_col);
+      ldmatrix_x4(a_v, sV + (warp_key + a_row) * kStride + kk * 16 + a_col);
+#pragma unroll
+      for (int np = 0; np < kBlockM / 16; ++np) {
+        std::uint32_t b_q[4], b_do[4];
+        ldmatrix_x4(b_q, q_stage + (np * 16 + bn_n) * kStride + kk * 16 + bn_k);
+        mma_16816<Element>(acc_s[2 * np], a_k, b_q[0], b_q[1]);
+        mma_16816<Element>(acc_s[2 * np + 1], a_k, b_q[2], b_q[3]);
+        // dP^T = V_j dO_i^T (line 14) shares the loop.
+        ldmatrix_x4(b_do, do_stage + (np * 16 + bn_n) * kStride + kk * 16 + bn_k);
+        mma_16816<Element>(acc_dp[2 * np], a_v, b_do[0], b_do[1]);
+        mma_16816<Element>(acc_dp[2 * np + 1], a_v, b_do[2], b_do[3]);
+      }
+    }
+
+    // ---- P = exp(scale * S - LSE) (line 13) and dS = P o (dP - D) (line 16), in place.
+    const bool needs_mask =
+        key_begin + kBlockN > seq.seqlen_k || query_begin + kBlockM > seq.seqlen_q ||
+        (p.causal_or_right && key_begin + kBlockN - 1 > query_begin + offset + p.window_right) ||
+        (p.has_left && key_begin < query_begin + kBlockM - 1 + offset - p.window_left);
+#pragma unroll
+    for (int n = 0; n < kQueryTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int query_local = n * 8 + 2 * t + (e % 2);
+        const int key_local = warp_key + g + 8 * (e / 2);
+        float prob = exp2f(acc_s[n][e] * p.scale_log2 - lse_stage[query_local]);
+        if (needs_mask) {
+          const int query = query_begin + query_local, key = key_begin + key_local;
+          const int diagonal = query + offset;
+          const bool visible = key < seq.seqlen_k && query < seq.seqlen_q &&
+                               !(p.causal_or_right && key > diagonal + p.window_right) &&
+                               !(p.has_left && key < diagonal - p.window_left);
+          if (!visible) prob = 0.0f;
+        }
+        acc_s[n][e] = prob;
+        acc_dp[n][e] = prob * (acc_dp[n][e] - delta_stage[query_local]);
+      }
+    }
+
+    // ---- dS^T to shared memory for dQ (rounded to the dtype, as the tensor cores read it).
+#pragma unroll
+    for (int n = 0; n < kQueryTiles; ++n) {
+      Element* row0 = sdS + (warp_key + g) * kDsStride + n * 8 + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(row0) = pack2<Element>(acc_dp[n][0], acc_dp[n][1]);
+      *reinterpret_cast<std::uint32_t*>(row0 + 8 * kDsStride) = pack2<Element>(acc_dp[n][2], acc_dp[n][3]);
+    }
+
+    // ---- dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 18): A operands from registers.
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      std::uint32_t a_p[4], a_ds[4];
+      a_p[0] = pack2<Element>(acc_s[2 * ks][0], acc_s[2 * ks][1]);
+      a_p[1] = pack2<Element>(acc_s[2 * ks][2], acc_s[2 * ks][3]);
+      a_p[2] = pack2<Element>(acc_s[2 * ks + 1][0], acc_s[2 * ks + 1][1]);
+      a_p[3] = pack2<Element>(acc_s[2 * ks + 1][2], acc_s[2 * ks + 1][3]);
+      a_ds[0] = pack2<Element>(acc_dp[2 * ks][0], acc_dp[2 * ks][1]);
+      a_ds[1] = pack2<Element>(acc_dp[2 * ks][2], acc_dp[2 * ks][3]);
+      a_ds[2] = pack2<Element>(acc_dp[2 * ks + 1][0], acc_dp[2 * ks + 1][1]);
+      a_ds[3] = pack2<Element>(acc_dp[2 * ks + 1][2], acc_dp[2 * ks + 1][3]);
+#pragma unroll
+      for (int np = 0; np < kHeadDim / 16; ++np) {
+        std::uint32_t b_do[4], b_q[4];
+        ldmatrix_x4_trans(b_do, do_stage + (ks * 16 + bt_k) * kStride + np * 16 + bt_n);
+        mma_16816<Element>(acc_dv[2 * np], a_p, b_do[0], b_do[1]);
+        mma_16816<Element>(acc_dv[2 * np + 1], a_p, b_do[2], b_do[3]);
+        ldmatrix_x4_trans(b_q, q_stage + (ks * 16 + bt_k) * kStride + np * 16 + bt_n);
+        mma_16816<Element>(acc_dk[2 * np], a_ds, b_q[0], b_q[1]);
+        mma_16816<Element>(acc_dk[2 * np + 1], a_ds, b_q[2], b_q[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete in shared memory
+
+    // ---- dQ_i += dS K_j (line 20): warp owns 16 query rows x kDqCols columns.
+    constexpr int kDqTiles = Tiling::kDqCols / 8;
+    float acc_dq[kDqTiles][4];
+#pragma unroll
+    for (int n = 0; n < kDqTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dq[n][e] = 0.0f;
+    }
+    const int dq_row0 = dq_row_group * 16, dq_col0 = dq_col_group * Tiling::kDqCols;
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+      std::uint32_t a_ds[4];
+      ldmatrix_x4_trans(a_ds, sdS + (ks * 16 + at_k) * kDsStride + dq_row0 + at_m);
+#pragma unroll
+      for (int np = 0; np < Tiling::kDqCols / 16; ++np) {
+        std::uint32_t b_k[4];
+        ldmatrix_x4_trans(b_k, sK + (ks * 16 + bt_k) * kStride + dq_col0 + np * 16 + bt_n);
+        mma_16816<Element>(acc_dq[2 * np], a_ds, b_k[0], b_k[1]);
+        mma_16816<Element>(acc_dq[2 * np + 1], a_ds, b_k[2], b_k[3]);
+      }
+    }
+
+    // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
+    int* counter = nullptr;
+    int turn = 0;
+    if (p.deterministic) {
+      const int rows_end = min(query_begin + kBlockM, seq.seqlen_q);
+      int first_key = 0;
+      if (p.has_left) first_key = max(0, query_begin + offset - p.window_left);
+      turn = key_block - first_key / kBlockN;
+      (void)rows_end;
+      counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
+      if (tid == 0) {
+        int seen;
+        do {
+          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+        } while (seen != turn);
+      }
+      __syncthreads();
+    }
+    float* dq_base = p.dq_accum + (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q) * p.head_dim;
+#pragma unroll
+    for (int n = 0; n < kDqTiles; ++n) {
+      const int col = dq_col0 + n * 8 + 2 * t;
+      const int row = query_begin + dq_row0 + g;
+      if (col < p.head_dim) {
+        if (row < seq.seqlen_q) add_to_dq(dq_base + static_cast<std::int64_t>(row) * p.head_dim + col, acc_dq[n][0], acc_dq[n][1]);
+        if (row + 8 < seq.seqlen_q)
+          add_to_dq(dq_base + static_cast<std::int64_t>(row + 8) * p.head_dim + col, acc_dq[n][2], acc_dq[n][3]);
+      }
+    }
+    if (p.deterministic) {
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+    }
+  }
+
+  // ---- Write dK_j (scaled: S = scale * Q K^T) and dV_j (line 23).
+  Element* dk_base = static_cast<Element*>(p.dk) + seq.batch_k * p.dk_batch + (seq.position_k + key_begin) * p.dk_row +
+                     static_cast<std::int64_t>(head_kv) * p.dk_head;
+  Element* dv_base = static_cast<Element*>(p.dv) + seq.batch_k * p.dv_batch + (seq.position_k + key_begin) * p.dv_row +
+                     static_cast<std::int64_t>(head_kv) * p.dv_head;
+#pragma unroll
+  for (int n = 0; n < kDimTiles; ++n) {
+    const int col = n * 8 + 2 * t;
+    if (col >= p.head_dim) continue;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_key + g + 8 * half;
+      if (key_begin + row >= key_end) continue;
+      *reinterpret_cast<std::uint32_t*>(dk_base + row * p.dk_row + col) =
+          pack2<Element>(acc_dk[n][2 * half] * p.scale, acc_dk[n][2 * half + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(dv_base + row * p.dv_row + col) =
+          pack2<Element>(acc_dv[n][2 * half], acc_dv[n][2 * half + 1]);
+    }
+  }
+#else
+  (void)p;
+  __trap();  // the host refuses devices below compute capability 8.0
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+int padded_head_dim(int head_dim) { return (head_dim + 31) / 32 * 32; }
+
+int query_block_rows(int /*padded_head_dim*/) { return 64; }
+constexpr int kKeyBlockRows = 128;
+
+struct WorkspaceLayout {
+  std::size_t lse_offset, delta_offset, dq_offset, counters_offset, total;
+};
+
+WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
+  auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const std::size_t rows = static_cast<std::size_t>(problem.total_rows_q());
+  const std::size_t heads = static_cast<std::size_t>(problem.heads_q);
+  WorkspaceLayout layout{};
+  layout.lse_offset = 0;
+  layout.delta_offset = align(rows * heads * sizeof(float));
+  layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
+  layout.counters_offset = layout.dq_offset + align(rows * heads * problem.head_dim * sizeof(float));
+  const int query_blocks = (problem.seqlen_q + query_block_rows(padded_head_dim(problem.head_dim)) - 1) /
+                           query_block_rows(padded_head_dim(problem.head_dim));
+  const std::size_t counters =
+      deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
+  layout.total = layout.counters_offset + align(counters * sizeof(int));
+  return layout;
+}
+
+template <typename Element, int kHeadDim>
+void launch_backward(const BackwardParams& params, cudaStream_t stream) {
+  using Tiling = BackwardTiling<kHeadDim, kKeyBlockRows, 64>;
+  static_assert(Tiling::kBlockM == 64, "query_block_rows() must match the tiling");
+  {
+    const std::int64_t threads = static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * 8;
+    const int blocks = static_cast<int>((threads + 255) / 256);
+    backward_preprocess_kernel<Element><<<blocks, 256, 0, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa2_backward preprocess launch");
+  }
+  {
+    auto kernel = backward_main_kernel<Element, Tiling>;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(Tiling::kSmemBytes)),
+               "fa2_backward cudaFuncSetAttribute");
+    const dim3 grid((params.seqlen_k + Tiling::kBlockN - 1) / Tiling::kBlockN, params.heads_kv, params.batch);
+    kernel<<<grid, Tiling::kThreads, Tiling::kSmemBytes, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa2_backward main launch");
+  }
+  {
+    const std::int64_t threads = static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * (params.head_dim / 4);
+    const int blocks = static_cast<int>((threads + 255) / 256);
+    backward_convert_dq_kernel<Element><<<blocks, 256, 0, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa2_backward convert launch");
+  }
+}
+
+template <typename Element>
+void dispatch_head_dim(const BackwardParams& params, cudaStream_t stream) {
+  switch (padded_head_dim(params.head_dim)) {
+    case 32: return launch_backward<Element, 32>(params, stream);
+    case 64: return launch_backward<Element, 64>(params, stream);
+    case 96: return launch_backward<Element, 96>(params, stream);
+    case 128: return launch_backward<Element, 128>(params, stream);
+    default: break;
+  }
+  throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) +
+                              " is not supported; allowed: multiples of 8 up to 128");
+}
+
+[[noreturn]] void refuse_backward(const std::string& message) {
+  throw std::invalid_argument("fa2_backward: " + message);
+}
+
+}  // namespace
+
+std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool deterministic) {
+  return workspace_layout(problem, deterministic).total;
+}
+
+void fa2_backward(const Problem& problem, const BackwardArgs& args) {
+  constexpr const char* kName = "fa2_backward";
+  require_kernel_supported(problem, kName);
+  if (problem.head_dim % 8 != 0 || problem.head_dim > kMaxSupportedHeadDim) {
+    refuse_backward("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of 8 up to " +
+                    std::to_string(kMaxSupportedHeadDim));
+  }
+  require_compute_capability(8, 0, kName);
+  const struct {
+    const DeviceTensor* tensor;
+    const char* name;
+  } tensors[] = {{&args.q, "q"},   {&args.k, "k"},   {&args.v, "v"},   {&args.o, "o"},  {&args.d_o, "d_o"},
+                 {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
+  for (const auto& entry : tensors) require_tensor(*entry.tensor, entry.name, kName, 16, 8);
+  require_tensor(args.lse, "lse", kName, 4, 1);
+  if (problem.varlen() && (args.cu_seqlens_q == nullptr || args.cu_seqlens_k == nullptr)) {
+    refuse_backward("cu_seqlens_q / cu_seqlens_k are null for a varlen problem; allowed: device copies of the offsets");
+  }
+
+  const bool deterministic = args.deterministic;
+  const WorkspaceLayout layout = workspace_layout(problem, deterministic);
+  if (args.workspace != nullptr && args.workspace_bytes < layout.total) {
+    refuse_backward("workspace_bytes = " + std::to_string(args.workspace_bytes) +
+                    "; allowed: at least fa2_backward_workspace_bytes() = " + std::to_string(layout.total));
+  }
+  cudaStream_t stream = args.stream;
+  void* workspace = args.workspace;
+  const bool owns_workspace = workspace == nullptr;
+  if (owns_workspace) check_cuda(cudaMallocAsync(&workspace, layout.total, stream), "fa2_backward cudaMallocAsync");
+  auto* bytes = static_cast<unsigned char*>(workspace);
+
+  BackwardParams p{};
+  p.q = args.q.data, p.k = args.k.data, p.v = args.v.data, p.o = args.o.data, p.d_o = args.d_o.data;
+  p.lse = static_cast<const float*>(args.lse.data);
+  p.dq = args.dq.data, p.dk = args.dk.data, p.dv = args.dv.data;
+  auto strides = [](const DeviceTensor& x, std::int64_t& batch, std::int64_t& row, std::int64_t& head) {
+    batch = x.batch_stride, row = x.row_stride, head = x.head_stride;
+  };
+  strides(args.q, p.q_batch, p.q_row, p.q_head);
+  strides(args.k, p.k_batch, p.k_row, p.k_head);
+  strides(args.v, p.v_batch, p.v_row, p.v_head);
+  strides(args.o, p.o_batch, p.o_row, p.o_head);
+  strides(args.d_o, p.do_batch, p.do_row, p.do_head);
+  strides(args.dq, p.dq_batch, p.dq_row, p.dq_head);
+  strides(args.dk, p.dk_batch, p.dk_row, p.dk_head);
+  strides(args.dv, p.dv_batch, p.dv_row, p.dv_head);
+  strides(args.lse, p.lse_batch, p.lse_row, p.lse_head);
+  p.cu_seqlens_q = problem.varlen() ? args.cu_seqlens_q : nullptr;
+  p.cu_seqlens_k = problem.varlen() ? args.cu_seqlens_k : nullptr;
+  p.batch = problem.batch;
+  p.heads_q = problem.heads_q;
+  p.heads_kv = problem.heads_kv;
+  p.group = problem.group_size();
+  p.seqlen_q = problem.seqlen_q;
+  p.seqlen_k = problem.seqlen_k;
+  p.head_dim = problem.head_dim;
+  p.total_rows_q = problem.total_rows_q();
+  p.scale = static_cast<float>(problem.scale());
+  p.scale_log2 = static_cast<float>(problem.scale() * 1.4426950408889634);
+  const Mask& mask = problem.mask;
+  p.causal_or_right = mask.causal || mask.window_right >= 0;
+  p.window_right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+  p.has_left = mask.window_left >= 0;
+  p.window_left = mask.window_left;
+  p.bottom_right = mask.alignment == CausalAlignment::bottom_right;
+  p.deterministic = deterministic;
+  p.query_blocks = (problem.seqlen_q + query_block_rows(padded_head_dim(problem.head_dim)) - 1) /
+                   query_block_rows(padded_head_dim(problem.head_dim));
+  p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
+  p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
+  p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
+  p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
+
+  if (p.total_rows_q > 0) {
+    if (deterministic) {
+      check_cuda(cudaMemsetAsync(p.dq_counters, 0, layout.total - layout.counters_offset, stream),
+                 "fa2_backward counters memset");
+    }
+    if (problem.dtype == DType::bf16) {
+      dispatch_head_dim<__nv_bfloat16>(p, stream);
+    } else {
+      dispatch_head_dim<__half>(p, stream);
+    }
+  }
+  if (owns_workspace) check_cuda(cudaFreeAsync(workspace, stream), "fa2_backward cudaFreeAsync");
+}
+
+}  // namespace flashlab::kernels
