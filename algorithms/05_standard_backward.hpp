@@ -1,0 +1,191 @@
+// Standard attention backward pass (Dao et al. 2022, FA1 Algorithm 3): every N x N matrix
+// (P, dP, dS) goes through HBM.
+//
+//   line 1: dV = P^T dO               P, dO read by blocks, dV written
+//   line 2: dP = dO V^T               dO, V read by blocks, dP written to HBM
+//   line 3: dS = P * (dP - rowsum(P * dP))    P, dP read, dS written to HBM
+//   line 4: dQ = dS K                 dS, K read by blocks, dQ written
+//   line 5: dK = dS^T Q               dS, Q read by blocks, dK written
+//
+// Algorithm 3 requires P in HBM: the standard forward pass (Algorithm 0) wrote it there. This
+// file matches that: standard_backward() takes P as an input in HBM and never recomputes it.
+// The forward schedules of this project save only O and LSE, so standard_forward_residuals()
+// regenerates what Algorithm 0 would have left in HBM (S and P, lines 1-2 of Algorithm 0, with
+// P = exp(S - LSE)); run_standard_backward() counts that pass with the forward, apart from the
+// backward's counters.
+//
+// Every intermediate is rounded to the problem's dtype when it is stored (P, dP, dS, like the
+// outputs), so in bf16/fp16 this is the naive implementation in the same precision that the
+// low-precision rule of the tests measures the tiled schedules against.
+//
+// Beyond the pseudocode: dropout regenerates the mask Z from the Philox counter: dV uses P * Z
+// (line 1) and dP = (dO V^T) * Z (line 2), so rowsum(P * dP) = rowsum(dO * O) still. The softcap
+// chains dS through its derivative at line 3, from the scaled scores S that Algorithm 0 wrote
+// (read only when a softcap is set). S = scale Q K^T, so dQ and dK carry the scale.
+// GQA/MQA: this schedule handles one query head; run_backward() sums dK, dV over the group.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "run_backward.hpp"
+#include "tile_memory.hpp"
+
+namespace flashlab {
+
+// Blocks of the N x N matrices moved by lines 1, 2, 4 and 5 (and the residual pass). Line 3 moves
+// whole rows of P, dP and dS: its row sum needs the full row.
+struct StandardBackwardTiling {
+  int block_rows = 64;  // query rows per block
+  int block_cols = 64;  // keys per block
+
+  void validate() const {
+    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
+    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+  }
+};
+
+// The N x N matrices of one head in HBM. S is only needed (and only allocated) with a softcap.
+struct StandardBackwardResiduals {
+  HbmMatrix P;  // softmax probabilities, before dropout (the forward's P)
+  HbmMatrix S;  // scaled scores scale Q K^T, before softcap, ALiBi and the mask
+};
+
+// What Algorithm 0 (lines 1-2) leaves in HBM, regenerated from Q, K and the saved LSE:
+// S = scale Q K^T, P = exp(MASK(mods(S)) - LSE).
+template <class Memory>
+void standard_forward_residuals(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling,
+                                const HeadTensors& x, const StandardBackwardResiduals& residuals) {
+  tiling.validate();
+  const int Br = tiling.block_rows, Bc = tiling.block_cols;
+  for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+    const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+    Tile q = mem.load(x.Q, rows);
+    Tile lse = mem.load(x.LSE, rows);
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      const Range cols{col_begin, std::min(Bc, head.seqlen_k - col_begin)};
+      Tile k = mem.load(x.K, cols);
+      Tile s = mem.matmul_nt(TensorId::S, q, k, head.scale);
+      if (head.softcap > 0) mem.store(residuals.S, rows, cols, s);
+      mem.apply_score_mods(s, head);
+      Tile p = mem.exp_minus_row(TensorId::P, s, lse);
+      mem.store(residuals.P, rows, cols, p);
+    }
+  }
+}
+
+template <class Memory>
+void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling, const HeadTensors& x,
+                       const StandardBackwardResiduals& residuals) {
+  tiling.validate();
+  const int Br = tiling.block_rows, Bc = tiling.block_cols;
+  const int d = head.head_dim, dv = head.head_dim_v;
+  auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
+  auto col_block = [&](int begin) { return Range{begin, std::min(Bc, head.seqlen_k - begin)}; };
+  HbmScratch scratch(Memory::with_data);
+  const HbmMatrix dP = scratch.matrix(TensorId::dP, head.dtype, head.seqlen_q, head.seqlen_k);
+  const HbmMatrix dS = scratch.matrix(TensorId::dS, head.dtype, head.seqlen_q, head.seqlen_k);
+
+  // Line 1: load P, dO by blocks, compute dV = (P * Z)^T dO, write dV to HBM.
+  mem.mark_line(1);
+  for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+    const Range cols = col_block(col_begin);
+    Tile dv_block = mem.zeros(TensorId::dV, cols, {0, dv});
+    for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+      const Range rows = row_block(row_begin);
+      Tile p = mem.load(residuals.P, rows, cols);
+      mem.apply_dropout(p, head);
+      Tile d_out = mem.load(x.dO, rows);
+      mem.multiply_add(dv_block, p, Transpose::yes, d_out, Transpose::no);
+    }
+    mem.store(x.dV, cols, dv_block);
+  }
+
+  // Line 2: load dO, V by blocks, compute dP = (dO V^T) * Z, write dP to HBM.
+  mem.mark_line(2);
+  for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+    const Range rows = row_block(row_begin);
+    Tile d_out = mem.load(x.dO, rows);
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      const Range cols = col_block(col_begin);
+      Tile v = mem.load(x.V, cols);
+      Tile dp = mem.matmul_nt(TensorId::dP, d_out, v);
+      mem.apply_dropout(dp, head);
+      mem.store(dP, rows, cols, dp);
+    }
+  }
+
+  // Line 3: read P, dP (whole rows), compute dS_ij = P_ij (dP_ij - sum_l P_il dP_il), write dS.
+  mem.mark_line(3);
+  for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+    const Range rows = row_block(row_begin);
+    Tile p = mem.load(residuals.P, rows);
+    Tile dp = mem.load(dP, rows);
+    Tile d_row = mem.row_dot(TensorId::D, p, dp);
+    Tile ds = mem.softmax_backward(TensorId::dS, p, dp, d_row);
+    if (head.softcap > 0) {
+      Tile s_scaled = mem.load(residuals.S, rows);
+      mem.chain_score_mods(ds, s_scaled, head);
+    }
+    mem.store(dS, rows, ds);
+  }
+
+  // Line 4: load dS, K by blocks, compute dQ = scale dS K, write dQ to HBM.
+  mem.mark_line(4);
+  for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+    const Range rows = row_block(row_begin);
+    Tile dq = mem.zeros(TensorId::dQ, rows, {0, d});
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      const Range cols = col_block(col_begin);
+      Tile ds = mem.load(dS, rows, cols);
+      Tile k = mem.load(x.K, cols);
+      mem.multiply_add(dq, ds, Transpose::no, k, Transpose::no, head.scale);
+    }
+    mem.store(x.dQ, rows, dq);
+  }
+
+  // Line 5: load dS, Q by blocks, compute dK = scale dS^T Q, write dK to HBM.
+  mem.mark_line(5);
+  for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+    const Range cols = col_block(col_begin);
+    Tile dk = mem.zeros(TensorId::dK, cols, {0, d});
+    for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+      const Range rows = row_block(row_begin);
+      Tile ds = mem.load(dS, rows, cols);
+      Tile q = mem.load(x.Q, rows);
+      mem.multiply_add(dk, ds, Transpose::yes, q, Transpose::no, head.scale);
+    }
+    mem.store(x.dK, cols, dk);
+  }
+}
+
+// One head: the residual pass (counted into *forward_counters when given, not into mem), then
+// Algorithm 3.
+template <class Memory>
+void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling,
+                                const HeadTensors& x, Counters* forward_counters = nullptr) {
+  HbmScratch scratch(Memory::with_data);
+  StandardBackwardResiduals residuals;
+  residuals.P = scratch.matrix(TensorId::P, head.dtype, head.seqlen_q, head.seqlen_k);
+  if (head.softcap > 0) residuals.S = scratch.matrix(TensorId::S, head.dtype, head.seqlen_q, head.seqlen_k);
+  Memory forward_side(mem.config());
+  standard_forward_residuals(forward_side, head, tiling, x, residuals);
+  if (forward_counters) *forward_counters += forward_side.counters();
+  standard_backward(mem, head, tiling, x, residuals);
+}
+
+// The whole problem: every sequence and head, GQA/MQA reduction included (run_backward.hpp).
+// tensors == nullptr runs shape-only.
+template <class Memory = DataMemory>
+Counters run_standard_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
+                               const StandardBackwardTiling& tiling) {
+  tiling.validate();
+  return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
+                              [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {
+                                standard_backward_from_lse(mem, head, tiling, x);
+                              });
+}
+
+}  // namespace flashlab

@@ -1,0 +1,128 @@
+// Runs a per-head backward schedule (05, 06, 07) over a whole problem: every sequence of a
+// (varlen) batch, every query head, and the GQA/MQA reduction of dK and dV.
+//
+// A backward schedule works on one (sequence, query head) and writes dQ of that head and the
+// dK, dV that this head contributes to its KV head. With MHA those go straight to the outputs.
+// With GQA and MQA (group size g > 1) the g query heads of a KV head each write their dK, dV into
+// an fp32 HBM buffer of their own, and sum_group_gradients() then adds the g buffers in increasing
+// head order and writes the result once, rounded to the problem's dtype (the flash-attention
+// wrappers do the same with an expanded dK, dV and a sum over the group). The order is fixed, so
+// the result is bitwise repeatable; the reduction's traffic is counted like any schedule's.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "problem.hpp"
+#include "run_schedule.hpp"
+#include "tensors.hpp"
+#include "tile_memory.hpp"
+
+namespace flashlab {
+
+// The HBM views of sequence b (any head: shapes only) with no data, for shape-only runs
+// (the simulator's sweeps) where no host buffer exists.
+inline HeadTensors shape_only_head_tensors(const Problem& problem, int batch_index) {
+  const int rows_q = problem.seqlen_q_of(batch_index), rows_k = problem.seqlen_k_of(batch_index);
+  const int d = problem.head_dim, dv = problem.value_dim();
+  const DType dtype = problem.dtype;
+  auto view = [](TensorId id, DType type, int rows, int cols) { return HbmMatrix{id, type, nullptr, rows, cols, cols}; };
+  HeadTensors x;
+  x.Q = view(TensorId::Q, dtype, rows_q, d);
+  x.K = view(TensorId::K, dtype, rows_k, d);
+  x.V = view(TensorId::V, dtype, rows_k, dv);
+  x.O = view(TensorId::O, dtype, rows_q, dv);
+  x.LSE = view(TensorId::LSE, DType::fp32, rows_q, 1);
+  x.dO = view(TensorId::dO, dtype, rows_q, dv);
+  x.dQ = view(TensorId::dQ, dtype, rows_q, d);
+  x.dK = view(TensorId::dK, dtype, rows_k, d);
+  x.dV = view(TensorId::dV, dtype, rows_k, dv);
+  return x;
+}
+
+// destination = parts[0] + parts[1] + ... in this order, block_rows rows at a time: the GQA
+// reduction of the per-query-head dK (or dV) of one KV head.
+template <class Memory>
+void sum_group_gradients(Memory& mem, const std::vector<HbmMatrix>& parts, const HbmMatrix& destination, int block_rows) {
+  for (int row_begin = 0; row_begin < destination.rows; row_begin += block_rows) {
+    const Range rows{row_begin, std::min(block_rows, destination.rows - row_begin)};
+    Tile sum = mem.load(parts.front(), rows);
+    for (std::size_t h = 1; h < parts.size(); ++h) {
+      Tile part = mem.load(parts[h], rows);
+      mem.add(sum, part);
+    }
+    mem.store(destination, rows, sum);
+  }
+}
+
+// Rows per block of the GQA reduction: two fp32 tiles of that many rows must fit in SRAM.
+inline int group_reduction_block_rows(std::int64_t sram_capacity_bytes, int dim) {
+  constexpr int kPreferredRows = 64;
+  if (sram_capacity_bytes <= 0) return kPreferredRows;
+  const std::int64_t fitting = sram_capacity_bytes / (2LL * dim * element_bytes(DType::fp32));
+  return static_cast<int>(std::clamp<std::int64_t>(fitting, 1, kPreferredRows));
+}
+
+// The fp32 HBM buffer a gradient (dQ) is accumulated in: the output itself when it is fp32.
+inline HbmMatrix fp32_gradient_accumulator(HbmScratch& scratch, const HbmMatrix& output) {
+  if (output.dtype == DType::fp32) return output;
+  return scratch.matrix(output.id, DType::fp32, output.rows, output.cols);
+}
+
+// After the main loop: dQ rounded once from its fp32 accumulator to the output's dtype.
+template <class Memory>
+void convert_gradient(Memory& mem, const HbmMatrix& accumulator, const HbmMatrix& output, int block_rows) {
+  if (accumulator.dtype == output.dtype) return;  // fp32 output: accumulated in place
+  for (int row_begin = 0; row_begin < output.rows; row_begin += block_rows) {
+    const Range rows{row_begin, std::min(block_rows, output.rows - row_begin)};
+    Tile block = mem.load(accumulator, rows);
+    mem.store(output, rows, block);
+  }
+}
+
+// Calls schedule(memory, head_problem, head_tensors) for every (sequence b, query head h), with a
+// fresh memory model per head, then reduces dK and dV over each GQA group. tensors == nullptr
+// runs shape-only (Memory must then be ShapeMemory). Returns the counters summed over heads
+// and reductions.
+template <class Memory, class Schedule>
+Counters run_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
+                      Schedule&& schedule) {
+  problem.validate();
+  if (tensors == nullptr && Memory::with_data) {
+    throw std::invalid_argument("run_backward: tensors = null; allowed only with a shape-only memory model");
+  }
+  const MemoryConfig config{problem.dtype, sram_capacity_bytes};
+  const int group = problem.group_size();
+  Counters total;
+  for (int b = 0; b < problem.batch; ++b) {
+    for (int kv = 0; kv < problem.heads_kv; ++kv) {
+      HbmScratch group_buffers(Memory::with_data);
+      std::vector<HbmMatrix> dk_parts, dv_parts;
+      HeadTensors last;
+      for (int h = kv * group; h < (kv + 1) * group; ++h) {  // query heads in increasing order
+        HeadTensors x = tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b);
+        if (group > 1) {
+          x.dK = group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols);
+          x.dV = group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols);
+          dk_parts.push_back(x.dK);
+          dv_parts.push_back(x.dV);
+        }
+        Memory memory(config);
+        schedule(memory, head_problem(problem, b, h), x);
+        total += memory.counters();
+        last = tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b);
+      }
+      if (group > 1) {
+        Memory memory(config);
+        sum_group_gradients(memory, dk_parts, last.dK, group_reduction_block_rows(sram_capacity_bytes, last.dK.cols));
+        sum_group_gradients(memory, dv_parts, last.dV, group_reduction_block_rows(sram_capacity_bytes, last.dV.cols));
+        total += memory.counters();
+      }
+    }
+  }
+  return total;
+}
+
+}  // namespace flashlab
