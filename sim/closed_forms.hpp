@@ -1,0 +1,36 @@
+// The exact counts every schedule must produce, in one place, as formulas of the problem
+// (N, d, mask), the block sizes and the SRAM size M; and the rule that derives block sizes from M.
+//
+// These are written from the papers' algorithms, not from the code: the tests hold every counted
+// run (data and shape-only) to them exactly, for sizes that divide and sizes that do not.
+// Sums over query blocks appear where a mask makes blocks differ (causal, window, block-sparse);
+// without a mask every sum collapses to the ceilings written in the comments.
+//
+// Units: elements and bytes; M in bytes; statistics (m, l, LSE, D) are fp32.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "algorithms/problem.hpp"
+#include "algorithms/tile_memory.hpp"
+#include "schedules.hpp"
+
+namespace flashlab::sim {
+
+// The HBM traffic (per tensor, elements and bytes), tile transfers, matmul FLOPs and
+// exponentials a schedule must count on a whole problem (every head). other_flops and
+// sram_peak_bytes are left 0 (see working_set_bytes for the peak).
+Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks);
+
+// The SRAM a schedule holds at its peak on an unmasked problem with these block sizes, in bytes
+// (a masked problem never needs more).
+std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem, const BlockSizes& blocks);
+
+// Block sizes from M (bytes): the paper's rule (FA1: Bc = ceil(M / 4d), Br = min(Bc, d); FA2
+// swaps the roles of rows and columns; square tiling: B = floor(sqrt(M / 4)); M in elements),
+// shrunk until working_set_bytes fits in M. Throws std::invalid_argument when even the smallest
+// blocks do not fit (naming M and the smallest working set).
+BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes);
+
+}  // namespace flashlab::sim

@@ -1,0 +1,113 @@
+// The schedule registry: every schedule of algorithms/ by name, runnable on any problem with
+// either memory model, an SRAM capacity, explicit or derived block sizes, and an optional trace.
+//
+// API (stable; the CLI, the visualizer, the notebooks and the tests all go through it):
+//
+//   const std::vector<ScheduleInfo>& schedules();          // every registered schedule, in
+//                                                          // learning order
+//   const ScheduleInfo& find_schedule(std::string_view);   // throws std::invalid_argument naming
+//                                                          // the unknown name and the known ones
+//   RunResult run_schedule(std::string_view name, const Problem&, const RunOptions&);
+//   RunResult run_schedule(std::string_view name, const Problem&, const RunOptions&,
+//                          AttentionTensors& tensors);     // data runs on the caller's tensors
+//
+// Units: the SRAM capacity M is in bytes (RunOptions::sram_bytes); tiles hold the problem's
+// dtype (statistics m, l, LSE, D in fp32), so M / element_bytes(dtype) is M in elements, the
+// unit of the papers' formulas. Block sizes are in rows (query rows Br, keys Bc).
+//
+// Memory models:
+//   MemoryKind::data  - DataMemory: the schedule runs on real values (inputs drawn from
+//                       RunOptions::seed unless the caller passes tensors); every head is run.
+//   MemoryKind::shape - ShapeMemory: shapes only, O(number of tiles). Heads that must count
+//                       the same (same sequence lengths, same ALiBi on/off) are run once and
+//                       multiplied, so a shape run costs one head per distinct class.
+// Both return identical Counters for the same problem (a test holds them to it).
+//
+// Block sizes: RunOptions::blocks when given (M then only bounds the arena; 0 = unbounded),
+// else derived from M by the schedule's rule (closed_forms.hpp: derive_blocks), which is the
+// paper's rule shrunk until the schedule's working set fits in M. M below the smallest working
+// set, an unknown schedule, a bad problem: std::invalid_argument naming the input and the range.
+// A schedule that still exceeds the arena throws SramOverflow (tile_memory.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "algorithms/problem.hpp"
+#include "algorithms/tensors.hpp"
+#include "algorithms/tile_memory.hpp"
+
+namespace flashlab::sim {
+
+enum class MemoryKind { data, shape };
+const char* to_string(MemoryKind kind);
+MemoryKind memory_kind_from_string(const std::string& name);  // "data" or "shape"
+
+// Block sizes of a tiled schedule, in rows. 0 = not given (derive from M).
+struct BlockSizes {
+  int block_rows = 0;  // Br: query rows per block (square tiling: the tile side B)
+  int block_cols = 0;  // Bc: keys per block (split-KV: keys per chunk)
+  bool given() const { return block_rows > 0 || block_cols > 0; }
+  bool operator==(const BlockSizes&) const = default;
+};
+
+struct RunOptions {
+  MemoryKind memory = MemoryKind::shape;
+  std::int64_t sram_bytes = 0;   // M in bytes: the arena capacity (0: unbounded; then blocks must be given)
+  BlockSizes blocks;             // explicit block sizes; not given: derived from sram_bytes
+  TraceSink* trace = nullptr;    // receives the events of every head that is run
+  std::uint64_t seed = 1;        // data runs without caller tensors: the inputs' seed
+  bool every_head = false;       // shape runs: run every head instead of one per class
+};
+
+struct RunResult {
+  std::string schedule;
+  BlockSizes blocks;                // the block sizes used
+  Counters counters;                // summed over every (sequence, head) of the problem
+  std::int64_t heads_total = 0;     // (sequence, query head) pairs in the problem
+  std::int64_t heads_run = 0;       // of those, actually executed (the rest multiplied)
+  AttentionTensors tensors;         // data runs without caller tensors: inputs and outputs
+};
+
+// What a schedule needs and computes, for printers, the CLI and the oracle check.
+enum class Pass { forward, backward, decode };
+
+struct ScheduleInfo {
+  std::string name;         // registry key: "fa2"
+  std::string source;       // "algorithms/04_fa2_forward.hpp"
+  std::string paper;        // "FA2 Algorithm 1"
+  std::string description;  // one line
+  Pass pass = Pass::forward;
+  bool tiled = true;        // false: block sizes do not change its HBM traffic (standard)
+
+  // Internal: the schedule for one head, per memory model (set by the registry).
+  struct HeadCall;
+  void (*run_data)(DataMemory&, const HeadCall&) = nullptr;
+  void (*run_shape)(ShapeMemory&, const HeadCall&) = nullptr;
+};
+
+struct ScheduleInfo::HeadCall {
+  const HeadProblem& head;
+  const BlockSizes& blocks;
+  const HeadTensors& x;
+  bool with_data;
+};
+
+const std::vector<ScheduleInfo>& schedules();
+const ScheduleInfo& find_schedule(std::string_view name);
+std::string schedule_names(const char* separator = ", ");
+
+RunResult run_schedule(std::string_view name, const Problem& problem, const RunOptions& options);
+RunResult run_schedule(std::string_view name, const Problem& problem, const RunOptions& options,
+                       AttentionTensors& tensors);
+
+// Counters multiplied by a head count (traffic and FLOPs scale; the SRAM peak does not).
+Counters scaled(const Counters& counters, std::int64_t factor);
+
+// Inputs for data runs: standard normal Q, K, V (and dO for backward passes) rounded to the
+// dtype; outputs NaN until a schedule writes them.
+AttentionTensors random_tensors(const Problem& problem, std::uint64_t seed, bool with_backward);
+
+}  // namespace flashlab::sim
