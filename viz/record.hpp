@@ -1,0 +1,56 @@
+// Recording a trace for the visualizer: one schedule of the registry (sim/schedules.hpp) run on
+// real data for one (sequence, head), every event kept. The app replays what the real schedule
+// did; nothing here re-implements one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/schedules.hpp"
+#include "sim/trace.hpp"
+
+namespace flashlab::viz {
+
+// Animation is for problems a person can follow tile by tile; larger ones belong to the
+// shape-only sweep (`flashlab sweep`), which counts without keeping events.
+inline constexpr int kMaxAnimatedSeqlen = 1024;
+inline constexpr std::size_t kMaxAnimatedEvents = 400'000;
+// S and P tiles up to this many elements keep their values, for the hover tooltip.
+inline constexpr std::int64_t kRecordedTileValues = 128 * 128;
+
+enum class MaskChoice { none, causal, window };
+const char* to_string(MaskChoice mask);
+
+struct RecordRequest {
+  std::string schedule = "fa2";
+  int seqlen_q = 256;
+  int seqlen_k = 256;
+  int head_dim = 64;
+  MaskChoice mask = MaskChoice::none;
+  int window = 64;                   // sliding window: keys within `window` before the query (and itself)
+  bool blocks_from_sram = false;     // true: derive block sizes from sram_bytes (the paper's rule)
+  int block_rows = 64;               // Br
+  int block_cols = 64;               // Bc
+  std::int64_t sram_bytes = 0;       // M in bytes (bounds the arena; 0: unbounded)
+  DType dtype = DType::fp32;
+  std::uint64_t seed = 1;
+};
+
+// The one-head problem a request describes.
+Problem request_problem(const RecordRequest& request);
+
+struct Recording {
+  Trace trace;
+  Counters counters;  // what the memory model counted on the run
+};
+
+// Runs the schedule with the recording sink. Throws std::invalid_argument for a bad request
+// (naming the input and its range), including a problem too large to animate, which suggests
+// the shape-only sweep instead; SramOverflow when the schedule does not fit in M.
+Recording record_trace(const RecordRequest& request);
+
+// The registry's schedule names, in learning order.
+std::vector<std::string> schedule_names();
+
+}  // namespace flashlab::viz

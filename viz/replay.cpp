@@ -1,0 +1,248 @@
+#include "replay.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace flashlab::viz {
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] The cursor
+
+TraceCursor::TraceCursor(const Trace& trace) : size_(trace.events.size()) {
+  for (std::size_t p = 1; p <= size_; ++p) {
+    if (p == size_ || trace.events[p].kind == EventKind::line) line_stops_.push_back(p);
+  }
+}
+
+void TraceCursor::seek(std::size_t position) {
+  position_ = std::min(position, size_);
+  carry_ = 0;
+}
+
+void TraceCursor::seek_fraction(double fraction) {
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  seek(static_cast<std::size_t>(std::llround(fraction * static_cast<double>(size_))));
+}
+
+bool TraceCursor::step_forward(StepUnit unit) {
+  if (position_ >= size_) return false;
+  if (unit == StepUnit::event) {
+    ++position_;
+  } else {
+    position_ = *std::upper_bound(line_stops_.begin(), line_stops_.end(), position_);  // size_ is a stop
+  }
+  return true;
+}
+
+bool TraceCursor::step_back(StepUnit unit) {
+  if (position_ == 0) return false;
+  if (unit == StepUnit::event) {
+    --position_;
+  } else {
+    auto stop = std::lower_bound(line_stops_.begin(), line_stops_.end(), position_);
+    position_ = stop == line_stops_.begin() ? 0 : *std::prev(stop);
+  }
+  return true;
+}
+
+bool TraceCursor::play(double seconds, double steps_per_second, StepUnit unit) {
+  carry_ += std::max(0.0, seconds * steps_per_second);
+  while (carry_ >= 1.0) {
+    carry_ -= 1.0;
+    if (!step_forward(unit)) {
+      carry_ = 0;
+      return false;
+    }
+  }
+  return !at_end();
+}
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] The state at a position
+
+std::int64_t TraceState::hbm_read_bytes() const {
+  std::int64_t total = 0;
+  for (const TensorTraffic& t : traffic) total += t.hbm_read_bytes;
+  return total;
+}
+
+std::int64_t TraceState::hbm_write_bytes() const {
+  std::int64_t total = 0;
+  for (const TensorTraffic& t : traffic) total += t.hbm_write_bytes;
+  return total;
+}
+
+bool TraceState::live(TensorId id) const {
+  return std::any_of(sram.begin(), sram.end(), [id](const LiveTile& t) { return t.tensor == id; });
+}
+
+bool allocates(const Trace& trace, std::size_t index) {
+  const RecordedEvent& e = trace.events[index];
+  if (e.kind == EventKind::load) return true;
+  if (e.kind != EventKind::compute) return false;
+  const std::int64_t before = index == 0 ? 0 : trace.events[index - 1].sram_bytes;
+  return e.sram_bytes - before == e.bytes && e.bytes > 0;
+}
+
+TraceState state_at(const Trace& trace, std::size_t position) {
+  TraceState state;
+  state.position = std::min(position, trace.events.size());
+  for (std::size_t i = 0; i < state.position; ++i) {
+    const RecordedEvent& e = trace.events[i];
+    TensorTraffic& traffic = state.traffic[static_cast<int>(e.tensor)];
+    switch (e.kind) {
+      case EventKind::load:
+        traffic.hbm_read_elements += e.elements();
+        traffic.hbm_read_bytes += e.bytes;
+        ++state.loads;
+        break;
+      case EventKind::store:
+        traffic.hbm_write_elements += e.elements();
+        traffic.hbm_write_bytes += e.bytes;
+        ++state.stores;
+        break;
+      case EventKind::free: {
+        // Tiles with the same tensor and position are interchangeable here: free the newest.
+        auto it = std::find_if(state.sram.rbegin(), state.sram.rend(), [&](const LiveTile& t) {
+          return t.tensor == e.tensor && t.rows == e.rows && t.cols == e.cols;
+        });
+        if (it != state.sram.rend()) state.sram.erase(std::next(it).base());
+        break;
+      }
+      case EventKind::line:
+        state.line = e.line;
+        break;
+      case EventKind::compute:
+      case EventKind::softmax_update:
+        break;
+    }
+    if (allocates(trace, i)) state.sram.push_back({e.tensor, e.rows, e.cols, e.bytes, i});
+    state.sram_bytes = e.sram_bytes;
+    state.sram_peak_bytes = std::max(state.sram_peak_bytes, e.sram_bytes);
+  }
+  if (state.position > 0) state.last = &trace.events[state.position - 1];
+  return state;
+}
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] The score matrix as tiles
+
+const char* to_string(CellStatus status) {
+  switch (status) {
+    case CellStatus::pending: return "pending";
+    case CellStatus::current: return "current";
+    case CellStatus::done: return "done";
+    case CellStatus::skipped: return "skipped";
+  }
+  return "?";
+}
+
+namespace {
+
+int cell_of(const std::vector<int>& edges, int index) {
+  if (edges.size() < 2 || index < edges.front() || index >= edges.back()) return -1;
+  return static_cast<int>(std::upper_bound(edges.begin(), edges.end(), index) - edges.begin()) - 1;
+}
+
+int edge_index(const std::vector<int>& edges, int value) {
+  return static_cast<int>(std::lower_bound(edges.begin(), edges.end(), value) - edges.begin());
+}
+
+bool covers(const Range& range, int index) { return index >= range.begin && index < range.end(); }
+
+}  // namespace
+
+int ScoreGrid::row_cell_of(int row) const { return cell_of(row_edges, row); }
+int ScoreGrid::col_cell_of(int col) const { return cell_of(col_edges, col); }
+
+CellStatus ScoreGrid::status(int row_cell, int col_cell, const TraceState& state) const {
+  const std::size_t first_event = first(row_cell, col_cell);
+  if (first_event == kNever) return CellStatus::skipped;
+  // Current: a score or probability tile covering the cell is in SRAM.
+  const int row = row_edges[row_cell], col = col_edges[col_cell];
+  for (const LiveTile& tile : state.sram) {
+    if ((tile.tensor == tensor || tile.tensor == TensorId::P) && covers(tile.rows, row) && covers(tile.cols, col))
+      return CellStatus::current;
+  }
+  return first_event < state.position ? CellStatus::done : CellStatus::pending;
+}
+
+ScoreGrid build_score_grid(const Trace& trace) {
+  ScoreGrid grid;
+  auto made_tiles_of = [&](TensorId id) {
+    std::vector<std::size_t> events;
+    for (std::size_t i = 0; i < trace.events.size(); ++i) {
+      const RecordedEvent& e = trace.events[i];
+      if (e.tensor == id && (e.kind == EventKind::compute || e.kind == EventKind::load) && allocates(trace, i))
+        events.push_back(i);
+    }
+    return events;
+  };
+  std::vector<std::size_t> made = made_tiles_of(TensorId::S);
+  if (made.empty()) {
+    grid.tensor = TensorId::A;
+    made = made_tiles_of(TensorId::A);
+  }
+  grid.row_edges = {0, trace.info.seqlen_q};
+  grid.col_edges = {0, trace.info.seqlen_k};
+  for (std::size_t i : made) {
+    const RecordedEvent& e = trace.events[i];
+    grid.row_edges.insert(grid.row_edges.end(), {e.rows.begin, e.rows.end()});
+    grid.col_edges.insert(grid.col_edges.end(), {e.cols.begin, e.cols.end()});
+  }
+  for (auto* edges : {&grid.row_edges, &grid.col_edges}) {
+    std::sort(edges->begin(), edges->end());
+    edges->erase(std::unique(edges->begin(), edges->end()), edges->end());
+  }
+  grid.first_computed.assign(static_cast<std::size_t>(grid.row_cells()) * grid.col_cells(), ScoreGrid::kNever);
+  for (std::size_t i : made) {
+    const RecordedEvent& e = trace.events[i];
+    ScoreGrid::Visit visit{i, edge_index(grid.row_edges, e.rows.begin), edge_index(grid.row_edges, e.rows.end()),
+                           edge_index(grid.col_edges, e.cols.begin), edge_index(grid.col_edges, e.cols.end())};
+    for (int r = visit.row_cell_begin; r < visit.row_cell_end; ++r)
+      for (int c = visit.col_cell_begin; c < visit.col_cell_end; ++c) {
+        std::size_t& first = grid.first_computed[static_cast<std::size_t>(r) * grid.col_cells() + c];
+        first = std::min(first, i);
+      }
+    grid.visits.push_back(visit);
+  }
+  return grid;
+}
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] The online-softmax state
+
+SoftmaxHistory softmax_history(const Trace& trace, std::size_t position) {
+  SoftmaxHistory history;
+  position = std::min(position, trace.events.size());
+  // The block: walk back to the latest softmax update or Q load.
+  for (std::size_t i = position; i-- > 0;) {
+    const RecordedEvent& e = trace.events[i];
+    if (e.kind == EventKind::softmax_update || (e.kind == EventKind::load && e.tensor == TensorId::Q)) {
+      history.rows = e.rows;
+      break;
+    }
+  }
+  if (history.rows.size == 0) return history;
+  for (std::size_t i = 0; i < position; ++i) {
+    const RecordedEvent& e = trace.events[i];
+    if (e.kind == EventKind::softmax_update && e.rows == history.rows) history.updates.push_back(i);
+  }
+  return history;
+}
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] Tile values
+
+std::optional<TileValues> score_tile_values(const Trace& trace, std::size_t position, TensorId tensor, int row, int col) {
+  position = std::min(position, trace.events.size());
+  for (std::size_t i = position; i-- > 0;) {
+    const RecordedEvent& e = trace.events[i];
+    if (e.kind == EventKind::compute && e.tensor == tensor && !e.values.empty() && covers(e.rows, row) &&
+        covers(e.cols, col))
+      return TileValues{e.tensor, e.rows, e.cols, &e.values, i};
+  }
+  return std::nullopt;
+}
+
+}  // namespace flashlab::viz
