@@ -1,0 +1,352 @@
+// The FA2 backward kernel (kernels/03_fa2_backward.cu) against the double-precision oracle, with
+// the official tests' gradient rule: max error <= 3x that of a naive implementation in the same
+// precision, plus a tiny slack. The forward inputs of the backward (O rounded to the dtype and the
+// LSE) come from the oracle, so a forward-kernel bug cannot hide a backward one.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "catch.hpp"
+#include "kernels/attention_api.hpp"
+#include "reference/reference_check.hpp"
+
+using namespace flashlab;
+
+namespace {
+
+bool have_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// 16-bit encodings of values already rounded to the dtype (exact conversions).
+std::uint16_t encode(DType dtype, float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  if (dtype == DType::bf16) return static_cast<std::uint16_t>(bits >> 16);
+  // fp16: sign, then normal or subnormal (inputs are rounded to fp16 already, so this is exact).
+  const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const float magnitude = std::fabs(value);
+  if (std::isnan(value)) return 0x7e00;
+  if (magnitude == 0.0f) return sign;
+  if (std::isinf(value) || magnitude >= 65520.0f) return sign | 0x7c00u;
+  int exponent = 0;
+  const float mantissa = std::frexp(magnitude, &exponent);  // magnitude = mantissa * 2^exponent, mantissa in [0.5, 1)
+  if (exponent - 1 >= -14) {
+    const auto fraction = static_cast<std::uint16_t>(std::lround((mantissa * 2.0f - 1.0f) * 1024.0f));
+    return sign | static_cast<std::uint16_t>(((exponent - 1 + 15) << 10) + fraction);
+  }
+  return sign | static_cast<std::uint16_t>(std::lround(magnitude * 16777216.0f));  // subnormal: units of 2^-24
+}
+
+float decode(DType dtype, std::uint16_t bits) {
+  if (dtype == DType::bf16) {
+    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+    float value;
+    std::memcpy(&value, &wide, 4);
+    return value;
+  }
+  const float sign = (bits & 0x8000u) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int fraction = bits & 0x3ff;
+  if (exponent == 0x1f) return fraction ? std::numeric_limits<float>::quiet_NaN() : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(fraction), -24);
+  return sign * std::ldexp(1.0f + fraction / 1024.0f, exponent - 15);
+}
+
+struct DeviceBuffer {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceBuffer(std::size_t size) : bytes(std::max<std::size_t>(size, 16)) { cuda_ok(cudaMalloc(&data, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data(other.data), bytes(other.bytes) { other.data = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+};
+
+DeviceBuffer upload(const HostTensor& tensor) {
+  std::vector<std::uint16_t> bits(tensor.values.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = encode(tensor.dtype, tensor.values[i]);
+  DeviceBuffer buffer(bits.size() * 2);
+  cuda_ok(cudaMemcpy(buffer.data, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload");
+  return buffer;
+}
+
+void download(const DeviceBuffer& buffer, HostTensor& tensor) {
+  std::vector<std::uint16_t> bits(tensor.values.size());
+  cuda_ok(cudaMemcpy(bits.data(), buffer.data, bits.size() * 2, cudaMemcpyDeviceToHost), "download");
+  for (std::size_t i = 0; i < bits.size(); ++i) tensor.values[i] = decode(tensor.dtype, bits[i]);
+}
+
+std::vector<std::uint16_t> raw_bits(const DeviceBuffer& buffer, std::size_t elements) {
+  std::vector<std::uint16_t> bits(elements);
+  cuda_ok(cudaMemcpy(bits.data(), buffer.data, elements * 2, cudaMemcpyDeviceToHost), "download");
+  return bits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The naive backward in the problem's precision, as a framework computes it on bf16/fp16 tensors
+// (the official tests' "naive implementation in the same precision"): every materialised matrix
+// (S, P, dP, dS, and each matmul output) is rounded to the dtype; matmuls accumulate in fp32;
+// softmax and its backward run in fp32 internally and round their outputs.
+struct NaiveGradients {
+  HostTensor dQ, dK, dV;
+};
+
+NaiveGradients naive_backward(const Problem& problem, const AttentionTensors& x) {
+  const DType dtype = problem.dtype;
+  const int d = problem.head_dim;
+  const float scale = static_cast<float>(problem.scale());
+  NaiveGradients out;
+  out.dQ = HostTensor(TensorId::dQ, dtype, x.Q.rows, problem.heads_q, d);
+  out.dK = HostTensor(TensorId::dK, dtype, x.K.rows, problem.heads_kv, d);
+  out.dV = HostTensor(TensorId::dV, dtype, x.V.rows, problem.heads_kv, d);
+  HostTensor dk_sum(TensorId::dK, DType::fp32, x.K.rows, problem.heads_kv, d);
+  HostTensor dv_sum(TensorId::dV, DType::fp32, x.V.rows, problem.heads_kv, d);
+  auto r = [dtype](float value) { return round_to(dtype, value); };
+  for (int b = 0; b < problem.batch; ++b) {
+    const int lq = problem.seqlen_q_of(b), lk = problem.seqlen_k_of(b);
+    const int rq = problem.first_row_q(b), rk = problem.first_row_k(b);
+    for (int h = 0; h < problem.heads_q; ++h) {
+      const HeadProblem head = head_problem(problem, b, h);
+      const int hk = problem.kv_head(h);
+      std::vector<float> P(static_cast<std::size_t>(lq) * lk), dS(P.size());
+      for (int i = 0; i < lq; ++i) {
+        float* p_row = &P[static_cast<std::size_t>(i) * lk];
+        float row_max = -INFINITY;
+        for (int j = 0; j < lk; ++j) {
+          float dot = 0.0f;
+          for (int c = 0; c < d; ++c) dot += x.Q.at(rq + i, h, c) * x.K.at(rk + j, hk, c);
+          const float score = r(r(dot) * scale);
+          p_row[j] = head.key_visible(i, j) ? score : -INFINITY;
+          row_max = std::max(row_max, p_row[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < lk; ++j) {
+          p_row[j] = (row_max == -INFINITY) ? 0.0f : std::exp(p_row[j] - row_max);
+          sum += p_row[j];
+        }
+        for (int j = 0; j < lk; ++j) p_row[j] = sum > 0 ? r(p_row[j] / sum) : 0.0f;
+        // dP = dO V^T, then the softmax backward dS = P o (dP - rowsum(P o dP)).
+        float* ds_row = &dS[static_cast<std::size_t>(i) * lk];
+        float delta = 0.0f;
+        for (int j = 0; j < lk; ++j) {
+          float dot = 0.0f;
+          for (int c = 0; c < d; ++c) dot += x.dO.at(rq + i, h, c) * x.V.at(rk + j, hk, c);
+          ds_row[j] = r(dot);
+          delta += p_row[j] * ds_row[j];
+        }
+        for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (ds_row[j] - delta)) * scale);
+      }
+      for (int i = 0; i < lq; ++i) {
+        for (int c = 0; c < d; ++c) {
+          float dot = 0.0f;
+          for (int j = 0; j < lk; ++j) dot += dS[static_cast<std::size_t>(i) * lk + j] * x.K.at(rk + j, hk, c);
+          out.dQ.at(rq + i, h, c) = r(dot);
+        }
+      }
+      for (int j = 0; j < lk; ++j) {
+        for (int c = 0; c < d; ++c) {
+          float dk = 0.0f, dv = 0.0f;
+          for (int i = 0; i < lq; ++i) {
+            dk += dS[static_cast<std::size_t>(i) * lk + j] * x.Q.at(rq + i, h, c);
+            dv += P[static_cast<std::size_t>(i) * lk + j] * x.dO.at(rq + i, h, c);
+          }
+          dk_sum.at(rk + j, hk, c) += r(dk);
+          dv_sum.at(rk + j, hk, c) += r(dv);
+        }
+      }
+    }
+  }
+  for (std::size_t i = 0; i < dk_sum.values.size(); ++i) {
+    out.dK.values[i] = r(dk_sum.values[i]);
+    out.dV.values[i] = r(dv_sum.values[i]);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One backward run on the device from host inputs; gradients come back in `x`.
+struct DeviceProblem {
+  const Problem& problem;
+  AttentionTensors& x;
+  DeviceBuffer q, k, v, o, d_o, dq, dk, dv, lse, cu_q, cu_k;
+
+  DeviceProblem(const Problem& problem, AttentionTensors& tensors)
+      : problem(problem), x(tensors), q(upload(x.Q)), k(upload(x.K)), v(upload(x.V)), o(upload(x.O)),
+        d_o(upload(x.dO)), dq(x.dQ.values.size() * 2), dk(x.dK.values.size() * 2), dv(x.dV.values.size() * 2),
+        lse(x.LSE.values.size() * 4), cu_q((problem.batch + 1) * 4), cu_k((problem.batch + 1) * 4) {
+    cuda_ok(cudaMemcpy(lse.data, x.LSE.values.data(), x.LSE.values.size() * 4, cudaMemcpyHostToDevice), "upload LSE");
+    if (problem.varlen()) {
+      cuda_ok(cudaMemcpy(cu_q.data, problem.cu_seqlens_q.data(), (problem.batch + 1) * 4, cudaMemcpyHostToDevice), "cu_q");
+      cuda_ok(cudaMemcpy(cu_k.data, problem.cu_seqlens_k.data(), (problem.batch + 1) * 4, cudaMemcpyHostToDevice), "cu_k");
+    }
+  }
+
+  void run(bool deterministic) {
+    // Poison: 0xffff is a NaN in both bf16 and fp16, so an unwritten element fails the check.
+    cuda_ok(cudaMemset(dq.data, 0xff, dq.bytes), "poison dQ");
+    cuda_ok(cudaMemset(dk.data, 0xff, dk.bytes), "poison dK");
+    cuda_ok(cudaMemset(dv.data, 0xff, dv.bytes), "poison dV");
+    kernels::BackwardArgs args;
+    args.q = kernels::flash_layout(q.data, problem, problem.heads_q, problem.head_dim, true);
+    args.k = kernels::flash_layout(k.data, problem, problem.heads_kv, problem.head_dim, false);
+    args.v = kernels::flash_layout(v.data, problem, problem.heads_kv, problem.head_dim, false);
+    args.o = kernels::flash_layout(o.data, problem, problem.heads_q, problem.head_dim, true);
+    args.d_o = kernels::flash_layout(d_o.data, problem, problem.heads_q, problem.head_dim, true);
+    args.dq = kernels::flash_layout(dq.data, problem, problem.heads_q, problem.head_dim, true);
+    args.dk = kernels::flash_layout(dk.data, problem, problem.heads_kv, problem.head_dim, false);
+    args.dv = kernels::flash_layout(dv.data, problem, problem.heads_kv, problem.head_dim, false);
+    args.lse = kernels::flash_layout(lse.data, problem, problem.heads_q, 1, true);
+    if (problem.varlen()) {
+      args.cu_seqlens_q = static_cast<const int*>(cu_q.data);
+      args.cu_seqlens_k = static_cast<const int*>(cu_k.data);
+    }
+    args.deterministic = deterministic;
+    kernels::fa2_backward(problem, args);
+    cuda_ok(cudaDeviceSynchronize(), "fa2_backward");
+    download(dq, x.dQ);
+    download(dk, x.dK);
+    download(dv, x.dV);
+  }
+};
+
+// Random Q, K, V, dO; O and LSE from the oracle (O rounded to the dtype, as a forward stores it).
+AttentionTensors backward_inputs(const Problem& problem, std::uint64_t seed) {
+  AttentionTensors x = reference::random_inputs(problem, seed, true);
+  const OracleResult forward = oracle_attention(problem, x);
+  for (std::size_t i = 0; i < x.O.values.size(); ++i) x.O.values[i] = round_to(problem.dtype, static_cast<float>(forward.O.values[i]));
+  for (std::size_t i = 0; i < x.LSE.values.size(); ++i) x.LSE.values[i] = static_cast<float>(forward.LSE.values[i]);
+  return x;
+}
+
+void check_backward(const Problem& problem, bool deterministic = false) {
+  const auto seed = reference::fresh_seed();
+  AttentionTensors x = backward_inputs(problem, seed);
+  const OracleResult oracle = oracle_attention(problem, x, &x.dO);
+  const NaiveGradients naive = naive_backward(problem, x);
+  DeviceProblem device(problem, x);
+  device.run(deterministic);
+  INFO(reference::describe(problem) << (deterministic ? ", deterministic" : "") << ", seed " << seed);
+  const reference::Tolerance rule{3.0, 1e-4};
+  const struct {
+    const char* name;
+    const HostTensor& got;
+    const HostTensor& naive;
+    const OracleTensor& expected;
+  } gradients[] = {{"dQ", x.dQ, naive.dQ, oracle.dQ}, {"dK", x.dK, naive.dK, oracle.dK}, {"dV", x.dV, naive.dV, oracle.dV}};
+  for (const auto& gradient : gradients) {
+    const auto error = reference::compare(gradient.got, gradient.expected);
+    const auto naive_error = reference::compare(gradient.naive, gradient.expected);
+    INFO(error.describe(gradient.name) << "; naive " << naive_error.max_error);
+    CHECK(reference::within_rule(error, naive_error.max_error, rule));
+  }
+}
+
+Problem make_problem(int seqlen_q, int seqlen_k, int head_dim, DType dtype, int batch, int heads_q, int heads_kv) {
+  Problem problem;
+  problem.batch = batch;
+  problem.heads_q = heads_q;
+  problem.heads_kv = heads_kv;
+  problem.seqlen_q = seqlen_q;
+  problem.seqlen_k = seqlen_k;
+  problem.head_dim = head_dim;
+  problem.dtype = dtype;
+  return problem;
+}
+
+void set_causal(Problem& problem, int kind) {  // 0: none, 1: bottom-right, 2: top-left
+  problem.mask.causal = kind != 0;
+  problem.mask.alignment = kind == 2 ? CausalAlignment::top_left : CausalAlignment::bottom_right;
+}
+
+#define REQUIRE_GPU_OR_SKIP()                              \
+  if (!have_gpu()) {                                       \
+    WARN("no CUDA device: FA2 backward test skipped");     \
+    return;                                                \
+  }
+
+}  // namespace
+
+TEST_CASE("FA2 backward kernel: odd shapes, causal both ways, GQA", "[gpu][fa2_backward]") {
+  REQUIRE_GPU_OR_SKIP();
+  const auto [seqlen_q, seqlen_k] =
+      GENERATE(table<int, int>({{113, 203}, {128, 217}, {1, 1}, {239, 1}, {799, 3}, {1023, 1024}}));
+  const int causal = GENERATE(0, 1, 2);
+  const int head_dim = GENERATE(64, 128);
+  const bool large = seqlen_q > 512;
+  Problem problem = make_problem(seqlen_q, seqlen_k, head_dim, DType::bf16, large ? 1 : 2, large ? 2 : 4, large ? 1 : 2);
+  set_causal(problem, causal);
+  check_backward(problem);
+}
+
+TEST_CASE("FA2 backward kernel: fp16, head dims 32, 40, 96, MQA", "[gpu][fa2_backward]") {
+  REQUIRE_GPU_OR_SKIP();
+  const int head_dim = GENERATE(32, 40, 64, 96, 128);
+  const int causal = GENERATE(0, 1);
+  Problem problem = make_problem(177, 301, head_dim, DType::fp16, 2, 4, 1);
+  set_causal(problem, causal);
+  check_backward(problem);
+}
+
+TEST_CASE("FA2 backward kernel: sliding window and varlen", "[gpu][fa2_backward]") {
+  REQUIRE_GPU_OR_SKIP();
+  SECTION("window") {
+    Problem problem = make_problem(300, 260, 64, DType::bf16, 2, 2, 2);
+    problem.mask.window_left = 37;
+    problem.mask.window_right = 11;
+    check_backward(problem);
+    problem.mask.causal = true;
+    check_backward(problem, true);
+  }
+  SECTION("varlen") {
+    Problem problem = make_problem(1, 1, 128, DType::bf16, 3, 4, 2);
+    set_varlen(problem, {130, 1, 257}, {70, 200, 257});
+    check_backward(problem);
+    set_causal(problem, 1);
+    check_backward(problem, true);
+  }
+}
+
+TEST_CASE("FA2 backward kernel: deterministic mode is bitwise repeatable and correct", "[gpu][fa2_backward]") {
+  REQUIRE_GPU_OR_SKIP();
+  const int causal = GENERATE(0, 1);
+  Problem problem = make_problem(640, 1100, 128, DType::bf16, 2, 4, 2);
+  set_causal(problem, causal);
+  check_backward(problem, true);
+
+  const auto seed = reference::fresh_seed();
+  AttentionTensors x = backward_inputs(problem, seed);
+  DeviceProblem device(problem, x);
+  device.run(true);
+  const auto dq0 = raw_bits(device.dq, x.dQ.values.size()), dk0 = raw_bits(device.dk, x.dK.values.size()),
+             dv0 = raw_bits(device.dv, x.dV.values.size());
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    device.run(true);
+    INFO(reference::describe(problem) << ", seed " << seed << ", repeat " << repeat);
+    CHECK(raw_bits(device.dq, x.dQ.values.size()) == dq0);
+    CHECK(raw_bits(device.dk, x.dK.values.size()) == dk0);
+    CHECK(raw_bits(device.dv, x.dV.values.size()) == dv0);
+  }
+}
+
+TEST_CASE("FA2 backward kernel: unsupported inputs are refused with a clear message", "[gpu][fa2_backward]") {
+  Problem problem = make_problem(64, 64, 60, DType::bf16, 1, 1, 1);
+  kernels::BackwardArgs args;
+  CHECK_THROWS_AS(kernels::fa2_backward(problem, args), std::invalid_argument);
+  problem.head_dim = 64;
+  problem.dtype = DType::fp32;
+  CHECK_THROWS_AS(kernels::fa2_backward(problem, args), std::invalid_argument);
+}
