@@ -1,0 +1,339 @@
+// The FA2-generation forward kernel (FlashAttention-2, Dao 2023, Algorithm 1), templated on the
+// element type and the padded head dimension; kernels/02_fa2_forward.cu dispatches to it and the
+// files in kernels/fa2_forward_instances/ instantiate it, one head dimension per file so the
+// build compiles them in parallel.
+//
+// One thread block per (query block, head, batch): grid (ceil(seqlen_q / kBlockM), heads_q, batch).
+// Each warp owns 16 * kMTiles query rows and keeps their output rows, running max m and running
+// sum l in registers for the whole key loop (FA2 Section 3.1: the warps split Q, not K, so no
+// warp talks to another). K and V blocks stream through a kStages-deep shared-memory ring filled
+// with cp.async; fragments come out of shared memory with ldmatrix (V transposed on the fly) and
+// go into mma.sync m16n8k16 with fp32 accumulators. The softmax works in base 2 with the scale
+// folded into one FFMA per score (exp2(s * scale * log2 e - m)); O is divided by l once, after
+// the last key block (Algorithm 1 line 12), and LSE = m + log l written (line 13). Key blocks that
+// the causal or window mask hides entirely are never visited; only blocks that cross the mask's
+// edge (or the end of the keys) are masked element by element.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_common.cuh"
+
+namespace flashlab::kernels {
+
+struct Fa2ForwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  std::int64_t q_batch_stride, q_row_stride, q_head_stride;
+  std::int64_t k_batch_stride, k_row_stride, k_head_stride;
+  std::int64_t v_batch_stride, v_row_stride, v_head_stride;
+  std::int64_t o_batch_stride, o_row_stride, o_head_stride;
+  std::int64_t lse_batch_stride, lse_row_stride, lse_head_stride;
+  const int* cu_seqlens_q;  // null unless varlen
+  const int* cu_seqlens_k;
+  int seqlen_q, seqlen_k;   // fixed lengths (varlen: the maxima)
+  int heads_q, group_size;  // query head h reads K/V head h / group_size
+  int head_dim;             // the real head dim (<= the template's padded one, a multiple of 8)
+  float scale_log2;         // softmax scale * log2(e)
+  int bottom_right;         // causal / window alignment: 1 bottom-right, 0 top-left
+  int window_left, window_right;  // -1: unbounded; causal already folded into window_right
+  int reverse_blocks;       // visit query blocks last-first (causal: heaviest first)
+};
+
+// Tile shapes per padded head dim (query rows x key columns, warps, query row tiles per warp,
+// pipeline stages). Each warp holds 16 * kMTiles rows: two 16-row tiles halve the shared-memory
+// traffic for K and V per FLOP, at the price of registers, so the widest head dims keep one.
+template <int kHeadDim>
+struct Fa2Tile {
+  static constexpr int kWarps = 4;
+  static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
+  static constexpr int kBlockM = 16 * kMTiles * kWarps;
+  static constexpr int kBlockN = kHeadDim <= 32 ? 128 : 64;
+  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
+  static constexpr bool kQInRegisters = kHeadDim <= 64;
+  static constexpr int kRowStride = kHeadDim + 8;  // padded rows: ldmatrix reads hit 8 different banks
+  static constexpr int kSharedBytes = (kBlockM + 2 * kStages * kBlockN) * kRowStride * 2;
+};
+
+namespace device {
+
+// Copies rows [row0, row0 + kRows) x cols [0, kHeadDim) of one head into a padded shared tile;
+// rows at or past `rows_valid` and columns at or past `head_dim` are zero-filled.
+template <typename T, int kHeadDim, int kRows, int kThreads, int kRowStride>
+__device__ __forceinline__ void load_tile_async(T* shared, const T* global, std::int64_t row_stride, int rows_valid,
+                                                int head_dim) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
+    const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+    const bool valid = row < rows_valid && col < head_dim;
+    const T* source = valid ? global + row * row_stride + col : global;
+    cp_async_16(shared_address(shared + row * kRowStride + col), source, valid);
+  }
+}
+
+}  // namespace device
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward_kernel(const Fa2ForwardParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using namespace device;
+  using Tile = Fa2Tile<kHeadDim>;
+  constexpr int kWarps = Tile::kWarps, kMTiles = Tile::kMTiles, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
+  constexpr int kStages = Tile::kStages, kStride = Tile::kRowStride, kThreads = kWarps * 32;
+  constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
+  constexpr int kNTiles = kBlockN / 8;     // n8 tiles of S
+  constexpr int kDTiles = kHeadDim / 8;    // n8 tiles of O
+
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  T* q_shared = reinterpret_cast<T*>(shared_bytes);
+  T* k_shared = q_shared + kBlockM * kStride;
+  T* v_shared = k_shared + kStages * kBlockN * kStride;
+
+  const int m_block = p.reverse_blocks ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int kv_head = head / p.group_size;
+
+  // This sequence's rows (Algorithm 1 works on one (sequence, head); varlen packs sequences).
+  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  std::int64_t q_base = batch * p.q_batch_stride, k_base = batch * p.k_batch_stride;
+  std::int64_t v_base = batch * p.v_batch_stride, o_base = batch * p.o_batch_stride;
+  std::int64_t lse_base = batch * p.lse_batch_stride;
+  if (p.cu_seqlens_q != nullptr) {
+    const int first_q = p.cu_seqlens_q[batch], first_k = p.cu_seqlens_k[batch];
+    seqlen_q = p.cu_seqlens_q[batch + 1] - first_q;
+    seqlen_k = p.cu_seqlens_k[batch + 1] - first_k;
+    q_base = first_q * p.q_row_stride, o_base = first_q * p.o_row_stride, lse_base = first_q * p.lse_row_stride;
+    k_base = first_k * p.k_row_stride, v_base = first_k * p.v_row_stride;
+  }
+  const int row_begin = m_block * kBlockM;
+  if (row_begin >= seqlen_q) return;
+  const int row_last = min(row_begin + kBlockM, seqlen_q) - 1;
+
+  const T* q = static_cast<const T*>(p.q) + q_base + head * p.q_head_stride + row_begin * p.q_row_stride;
+  const T* k = static_cast<const T*>(p.k) + k_base + kv_head * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + v_base + kv_head * p.v_head_stride;
+  T* o = static_cast<T*>(p.o) + o_base + head * p.o_head_stride + row_begin * p.o_row_stride;
+  float* lse = p.lse + lse_base + head * p.lse_head_stride + row_begin * p.lse_row_stride;
+
+  const MaskRule mask{p.bottom_right ? seqlen_k - seqlen_q : 0, p.window_left, p.window_right, seqlen_k};
+  // The key blocks this query block can see at all: the others are skipped, not masked.
+  const int key_first = mask.first_key(row_begin), key_last = mask.last_key(row_last);
+  const int n_begin = key_first / kBlockN;
+  const int n_end = key_last > key_first ? (key_last + kBlockN - 1) / kBlockN : n_begin;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row0 = warp * 16 * kMTiles;
+
+  float acc_o[kMTiles][kDTiles][4];
+  float row_max[kMTiles][2], row_sum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) acc_o[mt][dt][0] = acc_o[mt][dt][1] = acc_o[mt][dt][2] = acc_o[mt][dt][3] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  if (n_end > n_begin) {
+    // Q block (line 4), then the first kStages - 1 K/V blocks into the ring.
+    load_tile_async<T, kHeadDim, kBlockM, kThreads, kStride>(q_shared, q, p.q_row_stride, seqlen_q - row_begin, p.head_dim);
+    cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      const int n_block = n_begin + s;
+      if (n_block < n_end) {
+        const int key0 = n_block * kBlockN;
+        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(k_shared + s * kBlockN * kStride, k + key0 * p.k_row_stride,
+                                                                p.k_row_stride, seqlen_k - key0, p.head_dim);
+        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(v_shared + s * kBlockN * kStride, v + key0 * p.v_row_stride,
+                                                                p.v_row_stride, seqlen_k - key0, p.head_dim);
+      }
+      cp_async_commit();
+    }
+  }
+
+  constexpr int kQSteps = Tile::kQInRegisters ? kKSteps : 1;
+  std::uint32_t q_fragments[kMTiles][kQSteps][4];
+  // Lane offsets of the ldmatrix row addresses (see kernel_common.cuh for the fragment layouts).
+  const int a_row = (lane % 8) + ((lane / 8) % 2) * 8, a_col = (lane / 16) * 8;  // Q, and V transposed
+  const int b_row = (lane % 8) + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;  // K
+
+  // Algorithm 1 lines 6-11: the key blocks, in order.
+  for (int n_block = n_begin; n_block < n_end; ++n_block) {
+    const int iteration = n_block - n_begin;
+    const int stage = iteration % kStages;
+    cp_async_wait<kStages - 2>();  // this block's K and V (and Q) have landed ...
+    __syncthreads();               // ... for every thread, and the stage refilled below is free
+    {
+      const int next = n_block + kStages - 1;
+      if (next < n_end) {
+        const int next_stage = (iteration + kStages - 1) % kStages;
+        const int key0 = next * kBlockN;
+        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(k_shared + next_stage * kBlockN * kStride,
+                                                                k + key0 * p.k_row_stride, p.k_row_stride,
+                                                                seqlen_k - key0, p.head_dim);
+        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(v_shared + next_stage * kBlockN * kStride,
+                                                                v + key0 * p.v_row_stride, p.v_row_stride,
+                                                                seqlen_k - key0, p.head_dim);
+      }
+      cp_async_commit();
+    }
+    if constexpr (Tile::kQInRegisters) {
+      if (iteration == 0) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int ks = 0; ks < kKSteps; ++ks)
+            ldmatrix_x4(q_fragments[mt][ks],
+                        shared_address(q_shared + (warp_row0 + mt * 16 + a_row) * kStride + ks * 16 + a_col));
+      }
+    }
+
+    // Line 8: S = Q K_j^T for this warp's rows (fp32 accumulators).
+    const T* k_tile = k_shared + stage * kBlockN * kStride;
+    float acc_s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) acc_s[mt][nt][0] = acc_s[mt][nt][1] = acc_s[mt][nt][2] = acc_s[mt][nt][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      std::uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[mt][i] = q_fragments[mt][ks][i];
+        } else {
+          ldmatrix_x4(a[mt], shared_address(q_shared + (warp_row0 + mt * 16 + a_row) * kStride + ks * 16 + a_col));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        std::uint32_t b[4];
+        ldmatrix_x4(b, shared_address(k_tile + (np * 16 + b_row) * kStride + ks * 16 + b_col));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16816<T>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Only blocks that cross the mask's edge or the end of the keys are masked element-wise.
+    const int key0 = n_block * kBlockN;
+    if (!mask.block_full(row_begin, row_last, key0, key0 + kBlockN)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = row_begin + warp_row0 + mt * 16 + g + (e / 2) * 8;
+            const int col = key0 + nt * 8 + 2 * t + (e % 2);
+            if (!mask.visible(row, col)) acc_s[mt][nt][e] = -INFINITY;
+          }
+    }
+
+    // Lines 9-10: the online softmax in base 2, scale folded into one FFMA; the running sum
+    // stays per thread until the end (the quad reduces it once).
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float block_max = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) block_max = fmaxf(block_max, fmaxf(acc_s[mt][nt][2 * r], acc_s[mt][nt][2 * r + 1]));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+        const float new_max = fmaxf(row_max[mt][r], block_max * p.scale_log2);
+        const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
+        const float correction = exp2f(row_max[mt][r] - subtract);
+        row_max[mt][r] = new_max;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          acc_s[mt][nt][2 * r] = exp2f(fmaf(acc_s[mt][nt][2 * r], p.scale_log2, -subtract));
+          acc_s[mt][nt][2 * r + 1] = exp2f(fmaf(acc_s[mt][nt][2 * r + 1], p.scale_log2, -subtract));
+          sum += acc_s[mt][nt][2 * r] + acc_s[mt][nt][2 * r + 1];
+        }
+        row_sum[mt][r] = row_sum[mt][r] * correction + sum;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          acc_o[mt][dt][2 * r] *= correction;
+          acc_o[mt][dt][2 * r + 1] *= correction;
+        }
+      }
+
+    // Line 10: O += P V_j, P straight from the accumulators (the C layout of two n8 tiles is the
+    // A layout of one k16 step), V transposed by ldmatrix.
+    const T* v_tile = v_shared + stage * kBlockN * kStride;
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      std::uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = pack2<T>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        a[mt][1] = pack2<T>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        a[mt][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        std::uint32_t b[4];
+        ldmatrix_x4_trans(b, shared_address(v_tile + (kk * 16 + a_row) * kStride + dp * 16 + a_col));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<T>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma_16816<T>(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Lines 12-13: one normalisation, O and LSE written (a row that saw no key: O = 0, LSE = -inf).
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inverse = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = warp_row0 + mt * 16 + g + 8 * r;
+      if (row_begin + row < seqlen_q) {
+        T* o_row = o + row * p.o_row_stride;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const int col = dt * 8 + 2 * t;
+          if (col < p.head_dim) {
+            *reinterpret_cast<std::uint32_t*>(o_row + col) =
+                pack2<T>(acc_o[mt][dt][2 * r] * inverse, acc_o[mt][dt][2 * r + 1] * inverse);
+          }
+        }
+        if (t == 0) {
+          lse[row * p.lse_row_stride] = sum > 0.f ? (row_max[mt][r] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
+        }
+      }
+    }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+// Launches the kernel for one (element type, padded head dim); instantiated in
+// kernels/fa2_forward_instances/.
+template <typename T, int kHeadDim>
+void launch_fa2_forward(const Fa2ForwardParams& params, int batch, cudaStream_t stream);
+
+}  // namespace flashlab::kernels

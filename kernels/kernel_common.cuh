@@ -1,0 +1,159 @@
+// Device building blocks shared by the kernel generations: the warp-level tensor-core MMA
+// (mma.sync), ldmatrix, cp.async, packing to 16-bit types and the mask rule. Written from the PTX
+// ISA: fragment layouts are those of mma.m16n8k16 (.row.col), g = lane / 4, t = lane % 4:
+//   A (16x16): a0 (row g, cols 2t, 2t+1), a1 (row g+8, same), a2 (row g, cols 2t+8, +9), a3 (row g+8, same)
+//   B (16x8):  b0 (rows 2t, 2t+1, col g), b1 (rows 2t+8, 2t+9, col g)
+//   C (16x8):  c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace flashlab::kernels::device {
+
+// Two floats rounded to the 16-bit type T and packed in one 32-bit register (low half first).
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack2(float low, float high);
+template <>
+__device__ __forceinline__ std::uint32_t pack2<__half>(float low, float high) {
+  __half2 pair = __floats2half2_rn(low, high);
+  return *reinterpret_cast<std::uint32_t*>(&pair);
+}
+template <>
+__device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float low, float high) {
+  __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  return *reinterpret_cast<std::uint32_t*>(&pair);
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T value);
+template <>
+__device__ __forceinline__ float to_float<__half>(__half value) { return __half2float(value); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float value);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+
+// D = A * B + D, m16n8k16, fp32 accumulators. fp16 on sm_75 runs as two m16n8k8 (same layout,
+// the k halves split: a0/a1 with b0, a2/a3 with b1); bf16 needs sm_80.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                  std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b0));
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[2]), "r"(a[3]), "r"(b1));
+#else
+  (void)c, (void)a, (void)b0, (void)b1;
+  __trap();
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                                         std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)c, (void)a, (void)b0, (void)b1;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ std::uint32_t shared_address(const void* pointer) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// Four 8x8 matrices of 16-bit elements; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#else
+  (void)r, (void)address;
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#else
+  (void)r, (void)address;
+#endif
+}
+
+// 16 bytes global -> shared without registers (sm_80); valid == false writes 16 zero bytes.
+__device__ __forceinline__ void cp_async_16(std::uint32_t shared_dst, const void* global_src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src),
+               "r"(source_bytes));
+#else
+  (void)shared_dst, (void)global_src, (void)valid;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+// The causal / sliding-window rule of HeadProblem::key_visible_ignoring_sparsity, on the device:
+// key col is visible from query row iff col < seqlen_k and
+//   row + offset - left <= col <= row + offset + right   (a bound of -1 is absent),
+// offset = seqlen_k - seqlen_q for the bottom-right alignment, 0 for top-left; causal sets right
+// to min(right, 0).
+struct MaskRule {
+  int offset;
+  int left;   // -1: unbounded
+  int right;  // -1: unbounded
+  int seqlen_k;
+
+  __device__ __forceinline__ bool visible(int row, int col) const {
+    const int diagonal = row + offset;
+    return col < seqlen_k && (right < 0 || col <= diagonal + right) && (left < 0 || col >= diagonal - left);
+  }
+  // Keys [first, last) that rows [row_begin, row_last] can see at all.
+  __device__ __forceinline__ int first_key(int row_begin) const {
+    return left < 0 ? 0 : max(0, row_begin + offset - left);
+  }
+  __device__ __forceinline__ int last_key(int row_last) const {
+    return right < 0 ? seqlen_k : min(seqlen_k, max(0, row_last + offset + right + 1));
+  }
+  // Whether every (row, col) of rows [row_begin, row_last] x keys [col_begin, col_end) is visible.
+  __device__ __forceinline__ bool block_full(int row_begin, int row_last, int col_begin, int col_end) const {
+    return col_end <= seqlen_k && (right < 0 || col_end - 1 <= row_begin + offset + right) &&
+           (left < 0 || col_begin >= row_last + offset - left);
+  }
+};
+
+}  // namespace flashlab::kernels::device
