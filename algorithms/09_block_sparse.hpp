@@ -1,0 +1,92 @@
+// Block-sparse FlashAttention forward pass (Dao et al. 2022, Algorithm 5).
+//
+// FA1 Algorithm 2 with a block mask M~ in {0, 1}^{Tr x Tc}: the inner step (lines 10-17, the same
+// code as 03_fa1_forward.hpp) runs only for the blocks with M~_ij != 0, so the IO and the FLOPs
+// scale with the fraction s of kept blocks (FA1 Proposition 4: Theta(Nd + N^2 d^2 M^-1 s)).
+//
+// M~_ij is derived from the problem: a tile is kept iff any of its scores is visible, i.e.
+// HeadProblem::coverage is not empty. That includes problem.block_sparsity (whose granularity may
+// differ from the tiling; with block_sparse_tiling() the tiles are exactly its blocks) and treats
+// causal and sliding-window masks as the block masks they also are. Kept tiles that are only
+// partly visible are masked element-wise (line 12).
+//
+// Two consequences of skipping, each handled where the paper is silent:
+//  - K_j and V_j are loaded (line 7) only when column j has a kept block, so nothing of a
+//    skipped column is read.
+//  - A query block's last visit is its last kept block: that step writes O_i in the problem's
+//    dtype and LSE (03's precision note). A query block with no kept block at all gets its final
+//    O_i = 0 and LSE = -inf in line 3 and is never touched again.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "03_fa1_forward.hpp"
+#include "tile_memory.hpp"
+
+namespace flashlab {
+
+// FA1 Algorithm 5 numbers: 3 initialise, 7 load K_j V_j, 9 "if M_ij != 0", 10 load Q_i O_i l_i m_i,
+// 11 S_ij, 12 MASK, 13 m~ P~ l~, 14 m_new l_new, 15 dropout, 16 write O_i, 17 write l_i m_i, 21 return.
+inline constexpr Fa1Lines kFa1Algorithm5Lines{3, 7, 10, 11, 12, 13, 14, 15, 16, 17, 21};
+
+// Tiles equal to the problem's sparsity blocks (the paper's M~ at the granularity Br x Bc), or
+// `fallback` when the problem has no block sparsity.
+inline Fa1Tiling block_sparse_tiling(const Problem& problem, Fa1Tiling fallback = {}) {
+  if (!problem.block_sparsity.enabled()) return fallback;
+  return {problem.block_sparsity.block_rows, problem.block_sparsity.block_cols};
+}
+
+template <class Memory>
+void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
+  tiling.validate();  // line 1
+  const Fa1Lines& line = kFa1Algorithm5Lines;
+  const int Br = tiling.block_rows, Bc = tiling.block_cols;
+  const int row_blocks = (head.seqlen_q + Br - 1) / Br, col_blocks = (head.seqlen_k + Bc - 1) / Bc;  // lines 4-5
+  const auto row_block = [&](int i) { return Range{i * Br, std::min(Br, head.seqlen_q - i * Br)}; };
+  const auto col_block = [&](int j) { return Range{j * Bc, std::min(Bc, head.seqlen_k - j * Bc)}; };
+
+  // The block mask M~ (an input of the algorithm, like the paper's: no HBM traffic is counted for
+  // it), each column's "any kept block" and each query block's last kept column.
+  std::vector<std::uint8_t> kept(static_cast<std::size_t>(row_blocks) * col_blocks);
+  std::vector<std::uint8_t> column_has_kept(col_blocks, 0);
+  std::vector<int> last_kept_column(row_blocks, -1);
+  for (int i = 0; i < row_blocks; ++i) {
+    for (int j = 0; j < col_blocks; ++j) {
+      const Range rows = row_block(i), cols = col_block(j);
+      const bool keep = head.coverage(rows.begin, rows.end(), cols.begin, cols.end()) != HeadProblem::BlockCoverage::empty;
+      kept[static_cast<std::size_t>(i) * col_blocks + j] = keep;
+      if (keep) column_has_kept[j] = 1, last_kept_column[i] = j;
+    }
+  }
+
+  HbmScratch scratch(Memory::with_data);
+  const Fa1HbmState state = fa1_hbm_state(scratch, head);
+  mem.mark_line(line.initialize);
+  for (int i = 0; i < row_blocks; ++i) {  // line 3: O = 0, l = 0, m = -inf in HBM
+    if (last_kept_column[i] >= 0) {
+      fa1_initialize_block(mem, state, row_block(i), head.head_dim_v);
+    } else {  // no kept block: these are already the final outputs of a fully masked block
+      Tile o = mem.zeros(TensorId::O, row_block(i), {0, head.head_dim_v});
+      Tile lse = mem.vector(TensorId::LSE, row_block(i), kNegInf);
+      mem.store(x.O, row_block(i), o);
+      mem.store(x.LSE, row_block(i), lse);
+    }
+  }
+
+  for (int j = 0; j < col_blocks; ++j) {  // line 6: for 1 <= j <= Tc
+    if (!column_has_kept[j]) continue;    // nothing of column j is needed: not even loaded
+    mem.mark_line(line.load_key_value);
+    Tile k = mem.load(x.K, col_block(j));  // line 7: load K_j, V_j
+    Tile v = mem.load(x.V, col_block(j));
+    for (int i = 0; i < row_blocks; ++i) {  // line 8: for 1 <= i <= Tr
+      mem.mark_line(9);
+      if (!kept[static_cast<std::size_t>(i) * col_blocks + j]) continue;  // line 9: if M~_ij != 0
+      fa1_inner_step(mem, head, x, state, k, v, row_block(i), j == last_kept_column[i], line);  // 10-17
+    }
+  }
+  mem.mark_line(line.finish);  // line 21: return O, LSE
+}
+
+}  // namespace flashlab
