@@ -369,7 +369,9 @@ class TileMemory {
         if (row_max == kNegInf) {
           p.values.row(r).setZero();
         } else {
-          p.values.row(r) = (s.values.row(r).array() - row_max).exp().matrix();
+          // Eigen's vectorised exp(-inf) is a tiny positive number, not 0: a masked score must give 0.
+          const auto scores = s.values.row(r).array();
+          p.values.row(r) = (scores == kNegInf).select(0.0f, (scores - row_max).exp()).matrix();
         }
       }
     }
