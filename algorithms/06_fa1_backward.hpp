@@ -4,7 +4,8 @@
 // chip; the inner loop runs over query blocks and, at every step, loads Q_i, O_i, dO_i, dQ_i and
 // the forward's softmax statistics l_i, m_i (line 10), recomputes P_ij = diag(l_i)^-1
 // exp(S_ij - m_i) (line 13) and D_i = rowsum(dO_i * O_i) (line 19), and writes dQ_i back to HBM
-// (line 21). Every block is visited and masked (line 12), as in the paper: no block is skipped.
+// (line 21). Every block is visited, as in the paper: a block the mask hides is masked (line 12),
+// not skipped.
 // (FA2, 07_fa2_backward.hpp, computes D once, uses L = m + log l, and skips masked blocks.)
 //
 // Beyond the pseudocode: softcap and ALiBi are applied with the mask at line 12 and dS is
@@ -107,8 +108,13 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
       Tile s = mem.matmul_nt(TensorId::S, q, k, head.scale);  // line 11: S = tau Q_i K_j^T
       Tile s_scaled;  // the scores before the softcap, for its chain rule at line 20
       if (head.softcap > 0) s_scaled = mem.copy(TensorId::S, s);
-      mem.mark_line(12);
-      mem.apply_score_mods(s, head);  // line 12: MASK(S), with softcap and ALiBi
+      // Line 12: MASK(S), with softcap and ALiBi. On a block the mask leaves whole and no score
+      // modification is set MASK is the identity and is not computed (as in 03_fa1_forward.hpp).
+      const auto coverage = head.coverage(rows.begin, rows.end(), cols.begin, cols.end());
+      if (coverage != HeadProblem::BlockCoverage::full || head.modifies_scores()) {
+        mem.mark_line(12);
+        mem.apply_score_mods(s, head);
+      }
 
       mem.mark_line(13);
       Tile p = mem.exp_minus_row(TensorId::P, s, m);  // line 13: P = diag(l)^-1 exp(S - m)
