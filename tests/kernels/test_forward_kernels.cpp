@@ -1,0 +1,64 @@
+// Our forward kernels (kernels/01_fa1_forward.cu, kernels/02_fa2_forward.cu) through the
+// reference-test library's default grid: the official odd shapes, causal both ways, windows,
+// GQA/MQA, varlen, each case with fresh inputs, poisoned outputs, the 2x-naive rule and a
+// determinism re-run. Refusals are expected only where the kernel's contract says so.
+#include <string>
+
+#include "catch.hpp"
+#include "kernels/attention_api.hpp"
+#include "reference/device_attention.hpp"
+
+using namespace flashlab;
+using reference::CaseResult;
+
+namespace {
+
+// Every case passes, except the refusals the predicate expects (whose message must name the input).
+template <class ExpectRefusal>
+void require_grid(const reference::GridResult& result, ExpectRefusal expect_refusal, const std::string& named_input) {
+  INFO(result.summary());
+  for (const CaseResult& c : result.cases) {
+    INFO(c.report);
+    if (expect_refusal(c.problem)) {
+      CHECK(c.status == CaseResult::Status::refused);
+      CHECK(c.report.find(named_input) != std::string::npos);
+    } else {
+      CHECK(c.status == CaseResult::Status::passed);
+    }
+  }
+  CHECK(result.passed > 0);
+}
+
+}  // namespace
+
+TEST_CASE("FA2 forward kernel passes the default grid, bf16 and fp16", "[fa2_forward]") {
+  const DType dtype = GENERATE(DType::bf16, DType::fp16);
+  const auto grid = reference::default_forward_grid(dtype);
+  const auto result = reference::check_forward_grid(reference::on_device(kernels::fa2_forward), grid);
+  require_grid(result, [](const Problem& p) { return p.head_dim % 8 != 0; }, "head_dim");
+}
+
+TEST_CASE("FA2 forward kernel: the other padded head dims 32, 160, 192, 224, 248", "[fa2_forward]") {
+  const auto grid = reference::default_forward_grid(DType::bf16, {32, 160, 192, 224, 248});
+  std::vector<Problem> some(grid.begin(), grid.begin() + 15);  // five odd shapes x three masks
+  const auto result = reference::check_forward_grid(reference::on_device(kernels::fa2_forward), some);
+  require_grid(result, [](const Problem&) { return false; }, "");
+}
+
+TEST_CASE("FA1 forward kernel passes the default grid, fp16, head dims up to 128", "[fa1_forward]") {
+  const auto grid = reference::default_forward_grid(DType::fp16, {40, 59, 64, 96, 111, 128});
+  const auto result = reference::check_forward_grid(reference::on_device(kernels::fa1_forward), grid);
+  require_grid(result, [](const Problem&) { return false; }, "");
+}
+
+TEST_CASE("FA1 forward kernel refuses bf16 and head dims over 128", "[fa1_forward]") {
+  auto grid = reference::default_forward_grid(DType::bf16, {64});
+  grid.resize(2);
+  auto wide = reference::default_forward_grid(DType::fp16, {160});
+  grid.push_back(wide.front());
+  const auto result = reference::check_forward_grid(reference::on_device(kernels::fa1_forward), grid);
+  INFO(result.summary());
+  CHECK(result.refused == 3);
+  CHECK(result.cases[0].report.find("dtype bf16") != std::string::npos);
+  CHECK(result.cases[2].report.find("head_dim = 160") != std::string::npos);
+}
