@@ -21,37 +21,19 @@
 #include <stdexcept>
 #include <string>
 
-#include "run_backward.hpp"  // fp32_gradient_accumulator, convert_gradient
+#include "03_fa1_forward.hpp"  // Fa1Tiling
+#include "run_backward.hpp"    // fp32_gradient_accumulator, convert_gradient
 #include "tile_memory.hpp"
 
 namespace flashlab {
 
-struct Fa1BackwardTiling {
-  int block_rows = 64;  // Br: query rows per block
-  int block_cols = 64;  // Bc: keys per block
-
-  void validate() const {
-    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
-  }
-
-  // FA1 Algorithm 4, line 2 (the forward's rule): Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d),
-  // with M the SRAM size in elements of the dtype. The paper's rule is right up to a constant:
-  // at these sizes the backward's working set (K_j, V_j, dK_j, dV_j alone are 4 Bc d = M) is a
-  // few times M, so an arena of exactly M bytes overflows; give the arena more room or smaller
-  // blocks.
-  static Fa1BackwardTiling from_sram(std::int64_t sram_bytes, int head_dim, DType dtype) {
-    const std::int64_t elements = sram_bytes / element_bytes(dtype);
-    if (elements < 1 || head_dim < 1) {
-      throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " bytes; allowed: >= " +
-                                  std::to_string(element_bytes(dtype)) + " (one element of " + to_string(dtype) + ")");
-    }
-    const std::int64_t quarter = (elements + 4LL * head_dim - 1) / (4LL * head_dim);  // ceil(M / 4d)
-    const std::int64_t limit = 1 << 30;
-    return {static_cast<int>(std::min<std::int64_t>({quarter, head_dim, limit})),
-            static_cast<int>(std::min<std::int64_t>(quarter, limit))};
-  }
-};
+// Block sizes: those of the FA1 forward (03_fa1_forward.hpp), given or from the SRAM size M by
+// the paper's rule, Fa1Tiling::paper_rule (Algorithm 4, line 2, is Algorithm 1's line 1:
+// Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements). That rule is right up to a
+// constant: at those sizes the backward's working set is a few times M (K_j, V_j, dK_j and dV_j
+// alone are 4 Bc d = M elements), so an arena of exactly M bytes overflows; give the arena more
+// room or smaller blocks.
+using Fa1BackwardTiling = Fa1Tiling;
 
 // The forward's softmax statistics in HBM: row max m and row sum l (FA1 Algorithm 1, line 13).
 struct Fa1SoftmaxStatistics {
@@ -65,7 +47,8 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
   // Line 1: the RNG state R is the pair (seed, offset) of a counter-based Philox generator: the
   // dropout mask of element (i, j) is regenerated from its counter at lines 14 and 18.
   mem.mark_line(1);
-  // Lines 2-4: block sizes and the blocks of Q, K, V, O, dO, l, m (views of HBM, nothing moves).
+  // Lines 2-4: block sizes (given, or Fa1Tiling::paper_rule) and the blocks of Q, K, V, O, dO,
+  // l, m (views of HBM, nothing moves).
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   const int d = head.head_dim, dv = head.head_dim_v;
   HbmScratch scratch(Memory::with_data);

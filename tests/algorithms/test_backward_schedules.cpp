@@ -262,3 +262,59 @@ TEST_CASE("Backward schedules reject bad block sizes and overflow a too small SR
   CHECK(overflow.find("M = 2048 B") != std::string::npos);
   CHECK_THROWS_AS(backward_test::run<DataMemory>(schedule, problem, nullptr, {16, 16}), std::invalid_argument);
 }
+
+TEST_CASE("FA1 backward with the paper's block sizes from M", "[backward]") {
+  // Fa1Tiling::paper_rule: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements.
+  Problem problem = base_problem(113, 203, 40);
+  problem.mask.causal = true;
+  const std::int64_t sram_bytes = 16 * 1024;  // 4096 fp32 elements: Bc = ceil(4096 / 160) = 26, Br = 26
+  const Fa1BackwardTiling tiling = Fa1BackwardTiling::paper_rule(sram_bytes, problem.head_dim, problem.dtype);
+  CHECK(tiling.block_cols == 26);
+  CHECK(tiling.block_rows == 26);
+  check_against_oracle(Schedule::fa1, problem, {tiling.block_rows, tiling.block_cols});
+  // The rule ignores most of the backward's working set: an arena of exactly M overflows, and says
+  // which tile did not fit.
+  AttentionTensors tensors = backward_test::forward_inputs(problem, reference::fresh_seed());
+  const std::string overflow = thrown_message(
+      [&] { backward_test::run(Schedule::fa1, problem, &tensors, {tiling.block_rows, tiling.block_cols}, sram_bytes); });
+  CHECK(overflow.find("SRAM overflow: tile") != std::string::npos);
+  CHECK(overflow.find("M = 16384 B") != std::string::npos);
+}
+
+namespace {
+struct LineRecorder : TraceSink {
+  std::vector<int> first_seen;  // the paper's lines in the order the schedule first reaches them
+  void record(const TraceEvent& event) override {
+    if (event.kind != EventKind::line) return;
+    if (std::find(first_seen.begin(), first_seen.end(), event.line) == first_seen.end()) first_seen.push_back(event.line);
+  }
+};
+}  // namespace
+
+TEST_CASE("Backward schedules mark their algorithm's lines in the paper's order", "[backward]") {
+  Problem problem = base_problem(70, 90, 16);
+  problem.batch = 1;
+  problem.heads_q = 1;
+  problem.mask.causal = true;
+  problem.softcap = 2.0f;
+  problem.dropout = {0.1f, 1, 1};
+  AttentionTensors tensors = backward_test::forward_inputs(problem, reference::fresh_seed());
+  const HeadProblem head = head_problem(problem, 0, 0);
+  const HeadTensors x = head_tensors(tensors, problem, 0, 0);
+  LineRecorder recorder;
+  DataMemory mem(MemoryConfig{problem.dtype, 0}, &recorder);
+  std::vector<int> expected;
+  SECTION("05 standard backward, FA1 Algorithm 3") {
+    standard_backward_from_lse(mem, head, StandardBackwardTiling{32, 32}, x);
+    expected = {1, 2, 3, 4, 5};
+  }
+  SECTION("06 FA1 backward, FA1 Algorithm 4") {
+    fa1_backward_from_lse(mem, head, Fa1BackwardTiling{32, 32}, x);
+    expected = {1, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 26};
+  }
+  SECTION("07 FA2 backward, FA2 Algorithm 2") {
+    fa2_backward(mem, head, Fa2Tiling{32, 32}, x);
+    expected = {3, 4, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20};
+  }
+  CHECK(recorder.first_seen == expected);
+}
