@@ -1,8 +1,11 @@
 #include "closed_forms.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
+
+#include "algorithms/run_backward.hpp"
 
 namespace flashlab::sim {
 
@@ -11,13 +14,6 @@ namespace {
 constexpr std::int64_t kStatBytes = 4;  // m, l, LSE, D are fp32
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-// Problem sizes of one head, in the papers' letters.
-struct Sizes {
-  std::int64_t nq, nk, d, dv, e;  // e: element bytes of the dtype
-  explicit Sizes(const Problem& p)
-      : nq(p.seqlen_q), nk(p.seqlen_k), d(p.head_dim), dv(p.value_dim()), e(element_bytes(p.dtype)) {}
-};
 
 void add_read(Counters& c, TensorId id, std::int64_t elements, std::int64_t element_size, std::int64_t transfers) {
   TensorTraffic& t = c.tensor[static_cast<int>(id)];
@@ -32,52 +28,416 @@ void add_write(Counters& c, TensorId id, std::int64_t elements, std::int64_t ele
   c.stores += transfers;
 }
 
-// ---------------------------------------------------------------------------------------------
-// FA2 forward (FA2 Algorithm 1), one head. Per query block i (Tr = ceil(Nq / Br) of them):
-// Q_i read once, O_i and LSE_i written once; per visited key block j: K_j and V_j read.
-// Unmasked: K and V are read Tr times in full.
-Counters fa2_forward_head(const Problem& p, const BlockSizes& b) {
-  const Sizes s(p);
-  const HeadProblem head = head_problem(p, 0, 0);
-  Counters c;
-  for (std::int64_t row = 0; row < s.nq; row += b.block_rows) {
-    const std::int64_t rows = std::min<std::int64_t>(b.block_rows, s.nq - row);
-    add_read(c, TensorId::Q, rows * s.d, s.e, 1);
-    for (std::int64_t col = 0; col < s.nk; col += b.block_cols) {
-      const std::int64_t cols = std::min<std::int64_t>(b.block_cols, s.nk - col);
-      (void)head;
-      add_read(c, TensorId::K, cols * s.d, s.e, 1);
-      add_read(c, TensorId::V, cols * s.dv, s.e, 1);
-      c.matmul_flops += 2 * rows * cols * (s.d + s.dv);
-      c.exponentials += rows * cols + rows;  // P = exp(S - m), rescale exp(m_old - m_new)
-    }
-    c.exponentials += rows;  // log(l) for LSE
-    add_write(c, TensorId::O, rows * s.dv, s.e, 1);
-    add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+// One head of one sequence, in the papers' letters, with the block-level view of the mask
+// (written here from the mask's definition, independently of HeadProblem::coverage).
+struct Head {
+  std::int64_t nq, nk, d, dv, e;  // e: element bytes of the dtype
+  std::int64_t grad_kv_bytes;     // element bytes of the dK, dV a backward head writes (fp32 in a GQA group)
+  Mask mask;
+  const BlockSparsity* sparsity = nullptr;
+
+  Head(const Problem& p, int batch_index, bool grouped)
+      : nq(p.seqlen_q_of(batch_index)), nk(p.seqlen_k_of(batch_index)), d(p.head_dim), dv(p.value_dim()),
+        e(element_bytes(p.dtype)), grad_kv_bytes(grouped ? kStatBytes : element_bytes(p.dtype)), mask(p.mask),
+        sparsity(p.block_sparsity.enabled() ? &p.block_sparsity : nullptr) {}
+
+  // Does block rows [r0, r1) x keys [c0, c1) contain a visible score? Query i sees key j iff
+  // i + offset - window_left <= j <= i + offset + right (right = 0 when causal); both bounds
+  // grow with i, so the block is visible iff some i in [r0, r1) satisfies both: an interval
+  // test. A block sparsity pattern must also keep one of the sparsity blocks the tile overlaps.
+  bool visible(std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) const {
+    const std::int64_t offset = mask.alignment == CausalAlignment::bottom_right ? nk - nq : 0;
+    std::int64_t low = r0, high = r1 - 1;
+    const bool right_bounded = mask.causal || mask.window_right >= 0;
+    const std::int64_t right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+    if (right_bounded) low = std::max(low, c0 - offset - right);                             // i + offset + right >= c0
+    if (mask.window_left >= 0) high = std::min(high, c1 - 1 - offset + mask.window_left);  // i + offset - left <= c1 - 1
+    if (low > high) return false;
+    if (sparsity == nullptr) return true;
+    for (std::int64_t r = r0 / sparsity->block_rows; r <= (r1 - 1) / sparsity->block_rows; ++r)
+      for (std::int64_t c = c0 / sparsity->block_cols; c <= (c1 - 1) / sparsity->block_cols; ++c)
+        if (sparsity->kept(static_cast<int>(r), static_cast<int>(c))) return true;
+    return false;
   }
+};
+
+// Calls f(begin, size) for each block of `block` rows of a length (the last one shorter).
+template <class F>
+void for_blocks(std::int64_t length, std::int64_t block, F f) {
+  for (std::int64_t begin = 0; begin < length; begin += block) f(begin, std::min(block, length - begin));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Standard attention (FA1 Algorithm 0; 02_standard_attention.hpp). Tr = ceil(Nq / Br) query
+// blocks. Q read once; K and V once per query block (Tr Nk d); S written and read once; P written
+// and read once; O and LSE written once. Nothing is skipped.
+Counters standard_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+    add_read(c, TensorId::Q, rows * h.d, h.e, 1);  // line 1
+    for_blocks(h.nk, b.block_cols, [&](std::int64_t, std::int64_t cols) {
+      add_read(c, TensorId::K, cols * h.d, h.e, 1);
+      add_write(c, TensorId::S, rows * cols, h.e, 1);
+      add_read(c, TensorId::P, rows * cols, h.e, 1);  // line 3
+      add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+    });
+    add_read(c, TensorId::S, rows * h.nk, h.e, 1);  // line 2: whole rows
+    add_write(c, TensorId::P, rows * h.nk, h.e, 1);
+    add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+    add_write(c, TensorId::O, rows * h.dv, h.e, 1);  // line 3
+    c.exponentials += rows * h.nk + rows;
+  });
+  c.matmul_flops = 2 * h.nq * h.nk * (h.d + h.dv);
   return c;
 }
 
-std::int64_t fa2_working_set(const Problem& p, const BlockSizes& b) {
-  const Sizes s(p);
-  const std::int64_t r = std::min<std::int64_t>(b.block_rows, s.nq), c = std::min<std::int64_t>(b.block_cols, s.nk);
-  // Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l, m_new, rescale, rowsum(P) (FA2 Algorithm 1, lines 4-10).
-  return s.e * (r * s.d + r * s.dv + c * s.d + c * s.dv + 2 * r * c) + kStatBytes * 5 * r;
+// FA1 forward (FA1 Algorithm 1; 03_fa1_forward.hpp). Tc = ceil(Nk / Bc) key blocks. Line 2
+// writes O (fp32 accumulator), l, m once; every (j, i) step reads Q_i, O_i (fp32), l_i, m_i and
+// writes O_i, l_i, m_i: Q is read Tc times, O read Tc times and written Tc + 1 times (the last
+// in the problem's dtype, the others fp32), l and m read Tc and written Tc + 1 times. K and V
+// are read once. block_sparse (FA1 Algorithm 5) is the same over the kept blocks only.
+Counters fa1_head(const Head& h, const BlockSizes& b, bool skip_empty) {
+  Counters c;
+  const std::int64_t Br = b.block_rows, Bc = b.block_cols;
+  for_blocks(h.nq, Br, [&](std::int64_t r0, std::int64_t rows) {
+    std::int64_t last = -1;  // the last visited key block of this query block (-1: none)
+    for_blocks(h.nk, Bc, [&](std::int64_t c0, std::int64_t cols) {
+      if (!skip_empty || h.visible(r0, r0 + rows, c0, c0 + cols)) last = c0;
+    });
+    if (last < 0) {  // block-sparse only: the final O = 0, LSE = -inf written at line 3
+      add_write(c, TensorId::O, rows * h.dv, h.e, 1);
+      add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+      return;
+    }
+    add_write(c, TensorId::O, rows * h.dv, kStatBytes, 1);  // line 2: O, l, m initialised in HBM
+    add_write(c, TensorId::l, rows, kStatBytes, 1);
+    add_write(c, TensorId::m, rows, kStatBytes, 1);
+    for_blocks(h.nk, Bc, [&](std::int64_t c0, std::int64_t cols) {
+      if (skip_empty && !h.visible(r0, r0 + rows, c0, c0 + cols)) return;
+      add_read(c, TensorId::Q, rows * h.d, h.e, 1);  // line 8
+      add_read(c, TensorId::O, rows * h.dv, kStatBytes, 1);
+      add_read(c, TensorId::l, rows, kStatBytes, 1);
+      add_read(c, TensorId::m, rows, kStatBytes, 1);
+      c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
+      c.exponentials += rows * cols + 2 * rows;  // P~, e^{m_i - m_new}, e^{m~ - m_new}
+      add_write(c, TensorId::O, rows * h.dv, c0 == last ? h.e : kStatBytes, 1);  // line 12
+      add_write(c, TensorId::l, rows, kStatBytes, 1);                            // line 13
+      add_write(c, TensorId::m, rows, kStatBytes, 1);
+      if (c0 == last) {
+        add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+        c.exponentials += rows;
+      }
+    });
+  });
+  for_blocks(h.nk, Bc, [&](std::int64_t c0, std::int64_t cols) {  // line 6: K_j, V_j once (when needed)
+    bool needed = !skip_empty;
+    if (!needed) {
+      for_blocks(h.nq, Br, [&](std::int64_t r0, std::int64_t rows) { needed = needed || h.visible(r0, r0 + rows, c0, c0 + cols); });
+    }
+    if (!needed) return;
+    add_read(c, TensorId::K, cols * h.d, h.e, 1);
+    add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+  });
+  return c;
 }
 
-// The paper's rule for a tile side b from M in elements, capped by the paper's value and shrunk
-// until the working set fits. make(b) builds the block sizes from b.
+// FA2 forward (FA2 Algorithm 1; 04_fa2_forward.hpp). Per query block (Tr of them): Q_i read
+// once, O_i and LSE_i written once; per visible key block: K_j and V_j read. Unmasked, K and V
+// are read Tr times in full.
+Counters fa2_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  for_blocks(h.nq, b.block_rows, [&](std::int64_t r0, std::int64_t rows) {
+    add_read(c, TensorId::Q, rows * h.d, h.e, 1);
+    for_blocks(h.nk, b.block_cols, [&](std::int64_t c0, std::int64_t cols) {
+      if (!h.visible(r0, r0 + rows, c0, c0 + cols)) return;  // skipped, not masked
+      add_read(c, TensorId::K, cols * h.d, h.e, 1);
+      add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+      c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
+      c.exponentials += rows * cols + rows;  // P = exp(S - m), rescale exp(m_old - m_new)
+    });
+    c.exponentials += rows;  // log(l) for LSE
+    add_write(c, TensorId::O, rows * h.dv, h.e, 1);
+    add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+  });
+  return c;
+}
+
+// dQ accumulated in fp32 (in place when the dtype is fp32): zeroed first, converted at the end.
+void dq_initialise_and_convert(Counters& c, const Head& h, std::int64_t Br) {
+  for_blocks(h.nq, Br, [&](std::int64_t, std::int64_t rows) {
+    add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+    if (h.e != kStatBytes) {
+      add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      add_write(c, TensorId::dQ, rows * h.d, h.e, 1);
+    }
+  });
+}
+
+// FA1 backward (FA1 Algorithm 4; 06_fa1_backward.hpp). Every (j, i) step reads Q_i, O_i, dO_i,
+// dQ_i (fp32), l_i, m_i and writes dQ_i; K_j, V_j read once, dK_j, dV_j written twice (zeroed
+// at line 5, written at line 24). Nothing is skipped.
+Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  dq_initialise_and_convert(c, h, b.block_rows);
+  for_blocks(h.nk, b.block_cols, [&](std::int64_t, std::int64_t cols) {
+    add_write(c, TensorId::dK, 2 * cols * h.d, h.grad_kv_bytes, 2);
+    add_write(c, TensorId::dV, 2 * cols * h.dv, h.grad_kv_bytes, 2);
+    add_read(c, TensorId::K, cols * h.d, h.e, 1);
+    add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+    for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+      add_read(c, TensorId::Q, rows * h.d, h.e, 1);
+      add_read(c, TensorId::O, rows * h.dv, h.e, 1);
+      add_read(c, TensorId::dO, rows * h.dv, h.e, 1);
+      add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      add_read(c, TensorId::l, rows, kStatBytes, 1);
+      add_read(c, TensorId::m, rows, kStatBytes, 1);
+      add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      c.matmul_flops += 2 * rows * cols * (3 * h.d + 2 * h.dv);
+      c.exponentials += rows * cols;
+    });
+  });
+  return c;
+}
+
+// FA2 backward (FA2 Algorithm 2; 07_fa2_backward.hpp). D = rowsum(dO * O) once (dO, O read,
+// D written); per key block with a visible query block: K_j, V_j read once, dK_j, dV_j written
+// once; per visible (j, i): Q_i, dO_i, LSE_i, D_i read and dQ_i (fp32) read and written. A key
+// block no query sees writes dK_j = dV_j = 0 without loading anything.
+Counters fa2_backward_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  dq_initialise_and_convert(c, h, b.block_rows);
+  for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+    add_read(c, TensorId::dO, rows * h.dv, h.e, 1);
+    add_read(c, TensorId::O, rows * h.dv, h.e, 1);
+    add_write(c, TensorId::D, rows, kStatBytes, 1);
+  });
+  for_blocks(h.nk, b.block_cols, [&](std::int64_t c0, std::int64_t cols) {
+    add_write(c, TensorId::dK, cols * h.d, h.grad_kv_bytes, 1);
+    add_write(c, TensorId::dV, cols * h.dv, h.grad_kv_bytes, 1);
+    bool any = false;
+    for_blocks(h.nq, b.block_rows, [&](std::int64_t r0, std::int64_t rows) {
+      if (!h.visible(r0, r0 + rows, c0, c0 + cols)) return;
+      any = true;
+      add_read(c, TensorId::Q, rows * h.d, h.e, 1);
+      add_read(c, TensorId::dO, rows * h.dv, h.e, 1);
+      add_read(c, TensorId::LSE, rows, kStatBytes, 1);
+      add_read(c, TensorId::D, rows, kStatBytes, 1);
+      add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      c.matmul_flops += 2 * rows * cols * (3 * h.d + 2 * h.dv);
+      c.exponentials += rows * cols;
+    });
+    if (any) {
+      add_read(c, TensorId::K, cols * h.d, h.e, 1);
+      add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+    }
+  });
+  return c;
+}
+
+// Standard backward (FA1 Algorithm 3; 05_standard_backward.hpp): P read twice (line 1 by
+// blocks, line 3 by rows), dP written and read once, dS written once and read twice (lines 4
+// and 5); dO read once per key block (line 1) and once more (line 2); V and K re-read once per
+// query block, Q once per key block.
+Counters standard_backward_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  const std::int64_t Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
+  const std::int64_t nn = h.nq * h.nk;
+  add_read(c, TensorId::P, nn, h.e, Tr * Tc);  // line 1
+  add_read(c, TensorId::dO, Tc * h.nq * h.dv, h.e, Tr * Tc);
+  add_write(c, TensorId::dV, h.nk * h.dv, h.grad_kv_bytes, Tc);
+  add_read(c, TensorId::dO, h.nq * h.dv, h.e, Tr);  // line 2
+  add_read(c, TensorId::V, Tr * h.nk * h.dv, h.e, Tr * Tc);
+  add_write(c, TensorId::dP, nn, h.e, Tr * Tc);
+  add_read(c, TensorId::P, nn, h.e, Tr);  // line 3
+  add_read(c, TensorId::dP, nn, h.e, Tr);
+  add_write(c, TensorId::dS, nn, h.e, Tr);
+  add_read(c, TensorId::dS, 2 * nn, h.e, 2 * Tr * Tc);  // lines 4 and 5
+  add_read(c, TensorId::K, Tr * h.nk * h.d, h.e, Tr * Tc);
+  add_write(c, TensorId::dQ, h.nq * h.d, h.e, Tr);
+  add_read(c, TensorId::Q, Tc * h.nq * h.d, h.e, Tr * Tc);
+  add_write(c, TensorId::dK, h.nk * h.d, h.grad_kv_bytes, Tc);
+  c.matmul_flops = 2 * nn * (2 * h.d + 2 * h.dv);
+  return c;
+}
+
+// Split-KV decoding (08_split_kv_decode.hpp): C chunks of L = ceil(Nk / splits) keys. Phase 1 is
+// FA2 restricted to each chunk (Q read C times; K, V once per query block over the visible
+// blocks; partial O and LSE written in fp32); phase 2 reads them back once per row and writes
+// O and LSE.
+Counters split_kv_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  const std::int64_t splits = b.num_splits > 0 ? b.num_splits : 4;
+  const std::int64_t length = ceil_div(h.nk, splits), chunks = ceil_div(h.nk, length);
+  for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const std::int64_t begin = chunk * length, end = std::min(h.nk, begin + length);
+    for_blocks(h.nq, b.block_rows, [&](std::int64_t r0, std::int64_t rows) {
+      add_read(c, TensorId::Q, rows * h.d, h.e, 1);
+      for (std::int64_t c0 = begin; c0 < end; c0 += b.block_cols) {
+        const std::int64_t cols = std::min<std::int64_t>(b.block_cols, end - c0);
+        if (!h.visible(r0, r0 + rows, c0, c0 + cols)) continue;
+        add_read(c, TensorId::K, cols * h.d, h.e, 1);
+        add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+        c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
+        c.exponentials += rows * cols + rows;
+      }
+      c.exponentials += rows;
+      add_write(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
+      add_write(c, TensorId::LSE_partial, rows, kStatBytes, 1);
+    });
+  }
+  add_read(c, TensorId::LSE_partial, h.nq * chunks, kStatBytes, h.nq);  // phase 2, row by row
+  add_read(c, TensorId::O_partial, h.nq * chunks * h.dv, kStatBytes, h.nq);
+  add_write(c, TensorId::O, h.nq * h.dv, h.e, h.nq);
+  add_write(c, TensorId::LSE, h.nq, kStatBytes, h.nq);
+  c.matmul_flops += 2 * h.nq * chunks * h.dv;
+  c.exponentials += h.nq * (chunks + 2);
+  return c;
+}
+
+// Memory-efficient attention (Rabe and Staats; 10_memory_efficient.hpp). Per query chunk i and
+// key chunk j: K_j, V_j read, the summary (values r x dv, l, m; fp32) written; the combine reads
+// m twice and l and values once. Nothing is skipped.
+Counters memory_efficient_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+    add_read(c, TensorId::Q, rows * h.d, h.e, 1);
+    for_blocks(h.nk, b.block_cols, [&](std::int64_t, std::int64_t cols) {
+      add_read(c, TensorId::K, cols * h.d, h.e, 1);
+      add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+      add_write(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
+      add_write(c, TensorId::l, rows, kStatBytes, 1);
+      add_write(c, TensorId::m, rows, kStatBytes, 1);
+      add_read(c, TensorId::m, 2 * rows, kStatBytes, 2);
+      add_read(c, TensorId::l, rows, kStatBytes, 1);
+      add_read(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
+      c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
+      c.exponentials += rows * cols + rows;
+    });
+    c.exponentials += rows;
+    add_write(c, TensorId::O, rows * h.dv, h.e, 1);
+    add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+  });
+  return c;
+}
+
+// Square tiling (Saha and Ye, Algorithm 1; 11_square_tiling.hpp), tile side B. Phase 1: for
+// every tile (i, j) and slice t of d, Q_{i,t} and K_{j,t} read: Q read Tk times, K read Tq times
+// in full; A written once; l and LSE once. Phase 2: for every output tile (i, c): A_ij and
+// V_{j,c} read (A read ceil(dv / B) times, V Tq times), l_i read, O_ic written.
+Counters square_tiling_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  const std::int64_t B = b.block_rows;
+  const std::int64_t Tq = ceil_div(h.nq, B), Tk = ceil_div(h.nk, B), Td = ceil_div(h.d, B), Tv = ceil_div(h.dv, B);
+  add_read(c, TensorId::Q, Tk * h.nq * h.d, h.e, Tq * Tk * Td);
+  add_read(c, TensorId::K, Tq * h.nk * h.d, h.e, Tq * Tk * Td);
+  add_write(c, TensorId::A, h.nq * h.nk, h.e, Tq * Tk);
+  add_write(c, TensorId::l, h.nq, kStatBytes, Tq);
+  add_write(c, TensorId::LSE, h.nq, kStatBytes, Tq);
+  add_read(c, TensorId::A, Tv * h.nq * h.nk, h.e, Tq * Tv * Tk);
+  add_read(c, TensorId::V, Tq * h.nk * h.dv, h.e, Tq * Tv * Tk);
+  add_read(c, TensorId::l, Tv * h.nq, kStatBytes, Tq * Tv);
+  add_write(c, TensorId::O, h.nq * h.dv, h.e, Tq * Tv);
+  c.matmul_flops = 2 * h.nq * h.nk * (h.d + h.dv);
+  c.exponentials = h.nq * h.nk + h.nq;
+  return c;
+}
+
+// The GQA/MQA reduction of one backward group (run_backward.hpp): g fp32 parts of dK and dV
+// read, their sum written in the problem's dtype, by blocks of rows that fit the SRAM.
+Counters group_reduction(const Head& h, std::int64_t group, std::int64_t sram_bytes) {
+  Counters c;
+  const auto reduce = [&](TensorId id, std::int64_t dim) {
+    const std::int64_t block = group_reduction_block_rows(sram_bytes, static_cast<int>(dim));
+    const std::int64_t blocks = ceil_div(h.nk, block);
+    add_read(c, id, group * h.nk * dim, kStatBytes, group * blocks);
+    add_write(c, id, h.nk * dim, h.e, blocks);
+  };
+  reduce(TensorId::dK, h.d);
+  reduce(TensorId::dV, h.dv);
+  return c;
+}
+
+Counters closed_form_head(std::string_view schedule, const Head& h, const BlockSizes& b) {
+  if (schedule == "standard") return standard_head(h, b);
+  if (schedule == "fa1") return fa1_head(h, b, false);
+  if (schedule == "block_sparse") return fa1_head(h, b, true);
+  if (schedule == "fa2") return fa2_head(h, b);
+  if (schedule == "fa1_backward") return fa1_backward_head(h, b);
+  if (schedule == "fa2_backward") return fa2_backward_head(h, b);
+  if (schedule == "standard_backward") return standard_backward_head(h, b);
+  if (schedule == "split_kv") return split_kv_head(h, b);
+  if (schedule == "memory_efficient") return memory_efficient_head(h, b);
+  if (schedule == "square_tiling") return square_tiling_head(h, b);
+  throw std::invalid_argument("schedule '" + std::string(schedule) + "' is unknown; allowed: " + schedule_names());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Working sets: every tile a schedule holds at its peak with full blocks r x c (r = min(Br, Nq),
+// c = min(Bc, Nk)); statistics fp32.
+std::int64_t working_set(std::string_view schedule, const Problem& p, const BlockSizes& b) {
+  const std::int64_t r = std::min<std::int64_t>(b.block_rows, p.seqlen_q), c = std::min<std::int64_t>(b.block_cols, p.seqlen_k);
+  const std::int64_t nk = p.seqlen_k, d = p.head_dim, dv = p.value_dim(), e = element_bytes(p.dtype), f = kStatBytes;
+  if (schedule == "standard") {
+    return std::max({e * (r * d + c * d + r * c),      // line 1: Q_i, K_j, S_ij
+                     2 * e * r * nk + 3 * f * r,       // line 2: whole rows of S and P; m, l, LSE
+                     e * (r * dv + r * c + c * dv)});  // line 3: O_i, P_ij, V_j
+  }
+  if (schedule == "fa1" || schedule == "block_sparse") {
+    // K_j, V_j; Q_i, S_ij, P~_ij, the product P~ V_j; O_i loaded from its fp32 accumulator;
+    // l, m, m~, l~, m_new, l_new, two rescale factors, LSE.
+    return e * (c * (d + dv) + r * d + 2 * r * c + r * dv) + f * r * dv + 9 * f * r;
+  }
+  if (schedule == "fa2" || schedule == "split_kv") {
+    // Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l, m_new, rescale, rowsum(P) (FA2 Algorithm 1, lines 4-10).
+    std::int64_t bytes = e * (r * d + r * dv + c * d + c * dv + 2 * r * c) + 5 * f * r;
+    if (schedule == "split_kv") {  // phase 2, one row: chunk LSEs, partial outputs (fp32), P, O, statistics
+      const std::int64_t splits = b.num_splits > 0 ? b.num_splits : 4;
+      const std::int64_t chunks = ceil_div(nk, ceil_div(nk, splits));
+      bytes = std::max(bytes, f * chunks * (1 + dv) + e * (dv + chunks) + 5 * f);
+    }
+    return bytes;
+  }
+  if (schedule == "fa1_backward") {
+    // K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32); S, P, dP, dS; l, m, D.
+    return e * (2 * c * (d + dv) + r * d + 2 * r * dv + 4 * r * c) + f * r * d + 3 * f * r;
+  }
+  if (schedule == "fa2_backward") {
+    // K_j, V_j, dK_j, dV_j; Q_i, dO_i; dQ_i (fp32); S, P, dP, dS; LSE, D.
+    return e * (2 * c * (d + dv) + r * d + r * dv + 4 * r * c) + f * r * d + 2 * f * r;
+  }
+  if (schedule == "standard_backward") {
+    return std::max({e * (c * dv + r * c + r * dv),  // line 1: dV_j, P_ij, dO_i
+                     e * (r * dv + c * dv + r * c),  // line 2: dO_i, V_j, dP_ij
+                     3 * e * r * nk + f * r,         // line 3: whole rows of P, dP, dS; D
+                     e * (r * d + r * c + c * d)});  // lines 4 and 5: dQ_i, dS_ij, K_j
+  }
+  if (schedule == "memory_efficient") {
+    // Summaries: Q_i, K_j, V_j, S, P, values (r x dv); m, l. Combine: Q_i still held, O, values
+    // (fp32), m, l, m_j, l_j, weight.
+    return std::max(e * (r * d + c * (d + dv) + 2 * r * c + r * dv) + 2 * f * r,
+                    e * (r * d + r * dv) + f * r * dv + 5 * f * r);
+  }
+  if (schedule == "square_tiling") {
+    const std::int64_t t = std::min<std::int64_t>(b.block_rows, d), w = std::min<std::int64_t>(b.block_rows, dv);
+    return std::max({e * (r * c + r * t + c * t) + 2 * f * r,  // S_ij, Q_{i,t}, K_{j,t}; l, zeros
+                     2 * e * r * c + 3 * f * r,                // S_ij, A_ij; l, zeros, rowsum(A)
+                     e * (r * w + r * c + c * w)});            // O_ic, A_ij, V_{j,c}
+  }
+  throw std::invalid_argument("schedule '" + std::string(schedule) + "' is unknown; allowed: " + schedule_names());
+}
+
+// The largest tile side b in [1, cap] whose working set fits in M; make(b) builds the blocks.
 template <class Make>
-BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int64_t sram_bytes, std::int64_t paper_b,
-                           Make make) {
-  auto fits = [&](std::int64_t b) { return working_set_bytes(schedule, p, make(b)) <= sram_bytes; };
+BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int64_t sram_bytes, std::int64_t cap, Make make) {
+  auto fits = [&](std::int64_t b) { return working_set(schedule, p, make(b)) <= sram_bytes; };
   if (!fits(1)) {
     throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B is below the smallest working set of '" +
-                                std::string(schedule) + "' (" + std::to_string(working_set_bytes(schedule, p, make(1))) +
-                                " B with blocks of 1 row); allowed: M >= that");
+                                std::string(schedule) + "' (" + std::to_string(working_set(schedule, p, make(1))) +
+                                " B with 1-row blocks); allowed: M >= that");
   }
-  std::int64_t low = 1, high = std::max<std::int64_t>(1, paper_b);
-  while (low < high) {  // largest b in [1, paper_b] that fits
+  std::int64_t low = 1, high = std::max<std::int64_t>(1, cap);
+  while (low < high) {
     const std::int64_t mid = low + (high - low + 1) / 2;
     if (fits(mid)) low = mid; else high = mid - 1;
   }
@@ -86,30 +446,56 @@ BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int
 
 }  // namespace
 
-Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks) {
+Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks, std::int64_t sram_bytes) {
   problem.validate();
-  const std::int64_t heads = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
-  if (schedule == "fa2") return scaled(fa2_forward_head(problem, blocks), heads);
-  throw std::invalid_argument("closed form for schedule '" + std::string(schedule) + "' is not written; allowed: fa2");
+  find_schedule(schedule);
+  const bool backward = find_schedule(schedule).pass == Pass::backward;
+  const std::int64_t group = problem.group_size();
+  Counters total;
+  for (int b = 0; b < problem.batch; ++b) {
+    const Head head(problem, b, backward && group > 1);
+    total += scaled(closed_form_head(schedule, head, blocks), problem.heads_q);
+    if (backward && group > 1) total += scaled(group_reduction(head, group, sram_bytes), problem.heads_kv);
+  }
+  return total;
 }
 
 std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem, const BlockSizes& blocks) {
-  if (schedule == "fa2") return fa2_working_set(problem, blocks);
-  throw std::invalid_argument("working set of schedule '" + std::string(schedule) + "' is not written; allowed: fa2");
+  return working_set(schedule, problem, blocks);
 }
 
 BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes) {
-  const std::int64_t m_elements = sram_bytes / element_bytes(problem.dtype);
+  find_schedule(schedule);
+  if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
+  const std::int64_t m = sram_bytes / element_bytes(problem.dtype);  // M in elements
   const std::int64_t d = problem.head_dim;
-  const std::int64_t paper = ceil_div(m_elements, 4 * d);  // ceil(M / 4d)
-  auto clamp_int = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); };
-  if (schedule == "fa2") {
-    // FA2 swaps FA1's loops, so it swaps FA1's rule: Br = ceil(M / 4d), Bc = min(Br, d).
-    return largest_fitting(schedule, problem, sram_bytes, paper, [&](std::int64_t b) {
-      return BlockSizes{clamp_int(b), clamp_int(std::min(b, d))};
-    });
+  const std::int64_t paper = ceil_div(std::max<std::int64_t>(m, 1), 4 * d);  // ceil(M / 4d)
+  const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); };
+  // FA1 Algorithm 1, line 1: Bc = ceil(M / 4d), Br = min(Bc, d) (K/V blocks outer: the backward
+  // passes and block-sparse use it too).
+  const auto fa1_shape = [&](std::int64_t b) { return BlockSizes{narrow(std::min(b, d)), narrow(b)}; };
+  // FA2 swaps the loops, so the roles: Br = ceil(M / 4d), Bc = min(Br, d).
+  const auto fa2_shape = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(std::min(b, d)), 0}; };
+  const auto square = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(b)}; };
+  if (schedule == "fa1" || schedule == "block_sparse" || schedule == "fa1_backward" || schedule == "fa2_backward") {
+    return largest_fitting(schedule, problem, sram_bytes, paper, fa1_shape);
   }
-  throw std::invalid_argument("block-size rule for schedule '" + std::string(schedule) + "' is not written; allowed: fa2");
+  if (schedule == "fa2") return largest_fitting(schedule, problem, sram_bytes, paper, fa2_shape);
+  if (schedule == "split_kv") {
+    return largest_fitting(schedule, problem, sram_bytes, paper, [&](std::int64_t b) { return fa2_shape(b); });
+  }
+  // Standard attention: square blocks up to d (its traffic does not fall with larger ones).
+  if (schedule == "standard" || schedule == "standard_backward") {
+    return largest_fitting(schedule, problem, sram_bytes, std::min(paper, d), square);
+  }
+  // Rabe-Staats: square chunks as large as fit (the summaries' round trip falls with the key chunk).
+  if (schedule == "memory_efficient") return largest_fitting(schedule, problem, sram_bytes, m, square);
+  // Saha-Ye Algorithm 1: B = floor(sqrt(M / 4)).
+  if (schedule == "square_tiling") {
+    const auto side = static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(m) / 4.0)));
+    return largest_fitting(schedule, problem, sram_bytes, side, square);
+  }
+  throw std::invalid_argument("schedule '" + std::string(schedule) + "' has no block-size rule");
 }
 
 }  // namespace flashlab::sim

@@ -19,9 +19,13 @@
 namespace flashlab::sim {
 
 // The HBM traffic (per tensor, elements and bytes), tile transfers, matmul FLOPs and
-// exponentials a schedule must count on a whole problem (every head). other_flops and
-// sram_peak_bytes are left 0 (see working_set_bytes for the peak).
-Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks);
+// exponentials a schedule must count on a whole problem (every sequence and head; for backward
+// passes with GQA/MQA the reduction of dK, dV over each group, whose row blocks depend on M).
+// other_flops and sram_peak_bytes are left 0 (see working_set_bytes for the peak). Masks:
+// none, causal (both alignments), sliding windows and block sparsity; softcap adds exponentials
+// not counted here.
+Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks,
+                     std::int64_t sram_bytes = 0);
 
 // The SRAM a schedule holds at its peak on an unmasked problem with these block sizes, in bytes
 // (a masked problem never needs more).

@@ -48,7 +48,8 @@ MemoryKind memory_kind_from_string(const std::string& name);  // "data" or "shap
 // Block sizes of a tiled schedule, in rows. 0 = not given (derive from M).
 struct BlockSizes {
   int block_rows = 0;  // Br: query rows per block (square tiling: the tile side B)
-  int block_cols = 0;  // Bc: keys per block (split-KV: keys per chunk)
+  int block_cols = 0;  // Bc: keys per block (memory-efficient: keys per chunk)
+  int num_splits = 0;  // split_kv only: KV chunks (0: 4)
   bool given() const { return block_rows > 0 || block_cols > 0; }
   bool operator==(const BlockSizes&) const = default;
 };
