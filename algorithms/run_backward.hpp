@@ -96,28 +96,28 @@ Counters run_backward(const Problem& problem, AttentionTensors* tensors, std::in
   const MemoryConfig config{problem.dtype, sram_capacity_bytes};
   const int group = problem.group_size();
   Counters total;
+  auto views = [&](int b, int h) { return tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b); };
   for (int b = 0; b < problem.batch; ++b) {
     for (int kv = 0; kv < problem.heads_kv; ++kv) {
+      const HeadTensors group_outputs = views(b, kv * group);  // dK, dV of KV head kv
       HbmScratch group_buffers(Memory::with_data);
       std::vector<HbmMatrix> dk_parts, dv_parts;
-      HeadTensors last;
       for (int h = kv * group; h < (kv + 1) * group; ++h) {  // query heads in increasing order
-        HeadTensors x = tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b);
-        if (group > 1) {
-          x.dK = group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols);
-          x.dV = group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols);
-          dk_parts.push_back(x.dK);
-          dv_parts.push_back(x.dV);
+        HeadTensors x = views(b, h);
+        if (group > 1) {  // this head's share of dK, dV goes to its own fp32 buffer
+          x.dK = dk_parts.emplace_back(group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols));
+          x.dV = dv_parts.emplace_back(group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols));
         }
         Memory memory(config);
         schedule(memory, head_problem(problem, b, h), x);
         total += memory.counters();
-        last = tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b);
       }
       if (group > 1) {
         Memory memory(config);
-        sum_group_gradients(memory, dk_parts, last.dK, group_reduction_block_rows(sram_capacity_bytes, last.dK.cols));
-        sum_group_gradients(memory, dv_parts, last.dV, group_reduction_block_rows(sram_capacity_bytes, last.dV.cols));
+        const HbmMatrix& dK = group_outputs.dK;
+        const HbmMatrix& dV = group_outputs.dV;
+        sum_group_gradients(memory, dk_parts, dK, group_reduction_block_rows(sram_capacity_bytes, dK.cols));
+        sum_group_gradients(memory, dv_parts, dV, group_reduction_block_rows(sram_capacity_bytes, dV.cols));
         total += memory.counters();
       }
     }
