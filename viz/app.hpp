@@ -25,6 +25,7 @@ struct Lane {
   TraceCursor cursor;
   TraceState state;                     // at the cursor, refreshed once per frame
   TraceState end_state;                 // after the last event: the whole run
+  bool keeps_softmax_state = false;     // the trace has online-softmax updates
   int softmax_row = 0;                  // the row of the query block whose m and l are plotted
   std::string error;
   ImVec4 score_grid_rect{0, 0, 0, 0};   // where the score tiles were drawn (x0, y0, x1, y1)

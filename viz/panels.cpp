@@ -130,6 +130,8 @@ void set_lane_trace(Lane& lane, Trace trace, std::optional<Counters> counted) {
   lane.cursor = TraceCursor(lane.trace);
   lane.state = state_at(lane.trace, 0);
   lane.end_state = state_at(lane.trace, lane.trace.events.size());
+  lane.keeps_softmax_state = std::any_of(lane.trace.events.begin(), lane.trace.events.end(),
+                                         [](const RecordedEvent& e) { return e.kind == EventKind::softmax_update; });
   lane.softmax_row = 0;
   lane.error.clear();
   lane.has_trace = true;
@@ -500,19 +502,21 @@ void ShowScoreTiles(Lane& lane, const char* title, bool* open) {
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const float line = ImGui::GetTextLineHeightWithSpacing();
-  const float strip = 9, gap = 4;
-  const float left_width = std::max(30.0f, left.size() * (strip + gap) + 6);
+  const float strip = 9, gap = 4, left_gap = 10;  // left strips leave room for two-letter labels below
+  const float left_width = std::max(30.0f, left.size() * (strip + left_gap) + 6);
   const float top_height = above.size() * (strip + gap) + 6;
   const float legend_height = 2 * line + 4;
-  const float px = std::max(0.05f, std::min((avail.x - left_width - 4) / info.seqlen_k,
-                                            (avail.y - top_height - legend_height - line) / info.seqlen_q));
+  // Square pixels per score, except that a short query side (decoding) still gets some height.
+  const float grid_height = avail.y - top_height - legend_height - line;
+  const float px = std::max(0.05f, std::min((avail.x - left_width - 4) / info.seqlen_k, grid_height / info.seqlen_q));
+  const float py = std::max(px, 0.3f * grid_height / info.seqlen_q);
   const ImVec2 g0(origin.x + left_width, origin.y + top_height);
-  const ImVec2 g1(g0.x + info.seqlen_k * px, g0.y + info.seqlen_q * px);
+  const ImVec2 g1(g0.x + info.seqlen_k * px, g0.y + info.seqlen_q * py);
 
   // Strips: query-side tensors on the left, key-side tensors above, labelled in the corner.
   for (std::size_t i = 0; i < left.size(); ++i) {
-    const float x = origin.x + 2 + i * (strip + gap);
-    DrawTensorStrip(draw, lane, left[i], ImVec2(x, g0.y), ImVec2(x + strip, g1.y), true, px);
+    const float x = origin.x + 2 + i * (strip + left_gap);
+    DrawTensorStrip(draw, lane, left[i], ImVec2(x, g0.y), ImVec2(x + strip, g1.y), true, py);
     draw->AddText(ImVec2(x, g1.y + 2), tensor_color(left[i]), to_string(left[i]));
   }
   for (std::size_t i = 0; i < above.size(); ++i) {
@@ -525,8 +529,8 @@ void ShowScoreTiles(Lane& lane, const char* title, bool* open) {
   // The tiles.
   for (int r = 0; r < grid.row_cells(); ++r) {
     for (int c = 0; c < grid.col_cells(); ++c) {
-      const ImVec2 p0(g0.x + grid.col_edges[c] * px, g0.y + grid.row_edges[r] * px);
-      const ImVec2 p1(g0.x + grid.col_edges[c + 1] * px, g0.y + grid.row_edges[r + 1] * px);
+      const ImVec2 p0(g0.x + grid.col_edges[c] * px, g0.y + grid.row_edges[r] * py);
+      const ImVec2 p1(g0.x + grid.col_edges[c + 1] * px, g0.y + grid.row_edges[r + 1] * py);
       switch (grid.status(r, c, lane.state)) {
         case CellStatus::done: draw->AddRectFilled(p0, p1, kDoneColor); break;
         case CellStatus::current: draw->AddRectFilled(p0, p1, kCurrentColor); break;
@@ -542,8 +546,8 @@ void ShowScoreTiles(Lane& lane, const char* title, bool* open) {
   // The current tiles get a frame so they read even when small.
   for (const LiveTile& tile : lane.state.sram) {
     if (tile.tensor != grid.tensor) continue;
-    draw->AddRect(ImVec2(g0.x + tile.cols.begin * px, g0.y + tile.rows.begin * px),
-                  ImVec2(g0.x + tile.cols.end() * px, g0.y + tile.rows.end() * px), kFlashColor, 0, 0, 2);
+    draw->AddRect(ImVec2(g0.x + tile.cols.begin * px, g0.y + tile.rows.begin * py),
+                  ImVec2(g0.x + tile.cols.end() * px, g0.y + tile.rows.end() * py), kFlashColor, 0, 0, 2);
   }
   lane.score_grid_rect = ImVec4(g0.x, g0.y, g1.x, g1.y);
 
@@ -552,7 +556,7 @@ void ShowScoreTiles(Lane& lane, const char* title, bool* open) {
   ImGui::InvisibleButton("score grid", ImVec2(std::max(1.0f, g1.x - g0.x), std::max(1.0f, g1.y - g0.y)));
   if (ImGui::IsItemHovered()) {
     const ImVec2 mouse = ImGui::GetIO().MousePos;
-    const int row = std::clamp(static_cast<int>((mouse.y - g0.y) / px), 0, info.seqlen_q - 1);
+    const int row = std::clamp(static_cast<int>((mouse.y - g0.y) / py), 0, info.seqlen_q - 1);
     const int col = std::clamp(static_cast<int>((mouse.x - g0.x) / px), 0, info.seqlen_k - 1);
     ScoreValuesTooltip(lane, row, col);
   }
@@ -598,10 +602,12 @@ void ShowMemory(Lane& lane, const char* title, bool* open) {
   draw->AddText(ImVec2(hbm0.x + 6, hbm0.y + 4), frame, "HBM (slow, large)");
   const float row_height = std::min(2.2f * line, (box_height - line - 8) / std::max<std::size_t>(1, lane.hbm_tensors.size()));
   float arrow_y = -1;
+  float label_width = 30;
+  for (TensorId id : lane.hbm_tensors) label_width = std::max(label_width, ImGui::CalcTextSize(to_string(id)).x + 12);
   for (std::size_t i = 0; i < lane.hbm_tensors.size(); ++i) {
     const TensorId id = lane.hbm_tensors[i];
     const float y = hbm0.y + line + 6 + i * row_height;
-    const float bar0 = hbm0.x + 34, bar1 = hbm1.x - 8, bar_h = std::max(4.0f, row_height * 0.45f);
+    const float bar0 = hbm0.x + label_width, bar1 = hbm1.x - 8, bar_h = std::max(4.0f, row_height * 0.45f);
     draw->AddText(ImVec2(hbm0.x + 6, y), tensor_color(id), to_string(id));
     draw->AddRectFilled(ImVec2(bar0, y), ImVec2(bar1, y + bar_h), tensor_color(id, 0.25f));
     const int rows = is_key_side(id) ? info.seqlen_k : info.seqlen_q;
@@ -685,6 +691,16 @@ void ShowSoftmaxState(Lane& lane, const char* title, bool* open) {
   }
   if (!lane.has_trace) {
     ShowLaneError(lane);
+    ImGui::End();
+    return;
+  }
+  if (lane.end_state.position > 0 && !lane.keeps_softmax_state) {
+    ImGui::TextWrapped("%s keeps no online-softmax state: %s", lane.trace.info.schedule.c_str(),
+                       std::count(lane.hbm_tensors.begin(), lane.hbm_tensors.end(), TensorId::A)
+                           ? "A = exp(S) goes to HBM and its row sums accumulate."
+                       : lane.trace.info.schedule.find("backward") != std::string::npos
+                           ? "a backward pass recomputes P from the statistics the forward pass saved."
+                           : "whole rows of S are normalised at once.");
     ImGui::End();
     return;
   }
