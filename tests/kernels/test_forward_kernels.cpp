@@ -3,6 +3,8 @@
 // GQA/MQA, varlen, each case with fresh inputs, poisoned outputs, the 2x-naive rule and a
 // determinism re-run. Refusals are expected only where the kernel's contract says so.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "catch.hpp"
 #include "kernels/attention_api.hpp"
@@ -61,4 +63,24 @@ TEST_CASE("FA1 forward kernel refuses bf16 and head dims over 128", "[fa1_forwar
   CHECK(result.refused == 3);
   CHECK(result.cases[0].report.find("dtype bf16") != std::string::npos);
   CHECK(result.cases[2].report.find("head_dim = 160") != std::string::npos);
+}
+
+// A small grid for compute-sanitizer (memcheck, racecheck) runs: odd shapes, both masks, varlen.
+TEST_CASE("forward kernels on a small grid (for the sanitizers)", "[sanitizer_grid]") {
+  std::vector<Problem> grid;
+  for (const auto& [seqlen_q, seqlen_k] : std::vector<std::pair<int, int>>{{113, 203}, {239, 1}, {128, 217}}) {
+    for (const int head_dim : {64, 128}) {
+      Problem p;
+      p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k, p.head_dim = head_dim;
+      p.mask.causal = head_dim == 128;
+      grid.push_back(p);
+    }
+  }
+  for (Problem& p : grid) p.dtype = DType::bf16;
+  auto fa2 = reference::check_forward_grid(reference::on_device(kernels::fa2_forward), grid);
+  for (Problem& p : grid) p.dtype = DType::fp16;
+  auto fa1 = reference::check_forward_grid(reference::on_device(kernels::fa1_forward), grid);
+  INFO(fa2.summary() << "\n" << fa1.summary());
+  CHECK(fa2.failed + fa2.refused == 0);
+  CHECK(fa1.failed + fa1.refused == 0);
 }

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Benchmark FlashLab's attention kernels against PyTorch SDPA's flash, cuDNN and
+memory-efficient backends on the same tensors, in one run on one GPU.
+
+Our kernels are called through the C ABI of libflashlab_kernels_c.so (kernels/c_api.cpp) with
+ctypes, on the very PyTorch tensors that SDPA gets ([batch, heads, seqlen, dim], bf16). TFLOP/s use
+the flash-attention convention: forward 4 * b * h * s^2 * d, halved when causal; backward 2.5x the
+forward. Times are medians of CUDA-event timings (triton.testing.do_bench). The bf16 matmul ceiling
+(8192^3) is measured in the same run.
+
+Usage (on the GPU machine, after building the kernels):
+  python3 scripts/bench_kernels.py --lib build/device/kernels/libflashlab_kernels_c.so \
+      --json docs/bench/h200_bench.json --markdown docs/bench/h200_bench.md
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+
+class FlashlabProblem(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int), ("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
+        ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("head_dim", ctypes.c_int),
+        ("softmax_scale", ctypes.c_double), ("causal", ctypes.c_int), ("alignment", ctypes.c_int),
+        ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
+        ("cu_seqlens_q_host", ctypes.c_void_p), ("cu_seqlens_k_host", ctypes.c_void_p),
+        ("cu_seqlens_q_device", ctypes.c_void_p), ("cu_seqlens_k_device", ctypes.c_void_p),
+    ]
+
+
+class Flashlab:
+    """The C ABI, on PyTorch tensors in [batch, heads, seqlen, dim] (any strides, last dim contiguous)."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.flashlab_last_error.restype = ctypes.c_char_p
+        self.has_backward = hasattr(self.lib, "flashlab_backward")
+
+    @staticmethod
+    def strides(t):  # (batch, row, head) strides in elements of a [b, h, s, d] tensor
+        return (ctypes.c_int64 * 3)(t.stride(0), t.stride(2), t.stride(1))
+
+    @staticmethod
+    def problem(q, k, causal):
+        b, h, s, d = q.shape
+        dtype = {torch.float16: 1, torch.bfloat16: 2}[q.dtype]
+        return FlashlabProblem(dtype, b, h, k.shape[1], s, k.shape[2], d, 0.0, int(causal), 1, -1, -1,
+                               None, None, None, None)
+
+    def _check(self, status):
+        if status != 0:
+            raise RuntimeError(self.lib.flashlab_last_error().decode())
+
+    def forward(self, generation, q, k, v, o, lse, causal):
+        p = self.problem(q, k, causal)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        lse_strides = (ctypes.c_int64 * 3)(lse.stride(0), lse.stride(2), lse.stride(1))
+        self._check(self.lib.flashlab_forward(
+            generation, ctypes.byref(p), ctypes.c_void_p(q.data_ptr()), self.strides(q),
+            ctypes.c_void_p(k.data_ptr()), self.strides(k), ctypes.c_void_p(v.data_ptr()), self.strides(v),
+            ctypes.c_void_p(o.data_ptr()), self.strides(o), ctypes.c_void_p(lse.data_ptr()), lse_strides, stream))
+
+    def backward(self, q, k, v, o, lse, do, dq, dk, dv, causal):
+        p = self.problem(q, k, causal)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        lse_strides = (ctypes.c_int64 * 3)(lse.stride(0), lse.stride(2), lse.stride(1))
+        ptr = lambda t: ctypes.c_void_p(t.data_ptr())
+        self._check(self.lib.flashlab_backward(
+            ctypes.byref(p), 0, ptr(q), self.strides(q), ptr(k), self.strides(k), ptr(v), self.strides(v),
+            ptr(o), self.strides(o), ptr(lse), lse_strides, ptr(do), self.strides(do), ptr(dq), self.strides(dq),
+            ptr(dk), self.strides(dk), ptr(dv), self.strides(dv), stream))
+
+
+def flops_forward(b, h, s, d, causal):
+    return 4 * b * h * s * s * d / (2 if causal else 1)
+
+
+def median_ms(fn):
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def environment(command):
+    def smi(field):
+        try:
+            return subprocess.check_output(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+                                           text=True).strip().splitlines()[0]
+        except Exception as error:  # noqa: BLE001 - recorded, not fatal
+            return f"unavailable ({error})"
+    return {
+        "gpu": torch.cuda.get_device_name(), "driver": smi("driver_version"), "cuda": torch.version.cuda,
+        "pytorch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+        "sm_clock_max_mhz": smi("clocks.max.sm"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "command": command,
+    }
+
+
+def matmul_ceiling():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    ms = median_ms(lambda: a @ b)
+    return 2 * 8192 ** 3 / ms / 1e9
+
+
+SDPA_BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def run(args):
+    torch.manual_seed(0)
+    lib = Flashlab(args.lib)
+    command = " ".join([os.path.basename(sys.executable)] + sys.argv)
+    result = {"environment": environment(command), "convention": "fwd 4*b*h*s^2*d (halved when causal), bwd 2.5x fwd; "
+              "median of CUDA-event timings (triton do_bench)", "rows": []}
+    result["matmul_bf16_8192_tflops"] = matmul_ceiling()
+    print(f"bf16 8192^3 matmul: {result['matmul_bf16_8192_tflops']:.0f} TFLOP/s", flush=True)
+    for d in args.head_dims:
+        for causal in (False, True):
+            for s in args.seqlens:
+                b, h = max(1, args.tokens // s), args.hidden // d
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                o = torch.empty_like(q)
+                lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+                fwd_flops = flops_forward(b, h, s, d, causal)
+                row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "fwd": {}, "bwd": {}}
+                # Ours, forward (FA2; FA1 where it applies: fp16 only, so on fp16 copies of the same data).
+                lib.forward(2, q, k, v, o, lse, causal)
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                row["fa2_max_abs_diff_vs_sdpa_flash"] = (o.float() - reference.float()).abs().max().item()
+                row["fwd"]["fa2"] = fwd_flops / median_ms(lambda: lib.forward(2, q, k, v, o, lse, causal)) / 1e9
+                if d <= 128 and s <= args.fa1_max_seqlen:
+                    q16, k16, v16 = q.half(), k.half(), v.half()
+                    o16 = torch.empty_like(q16)
+                    row["fwd"]["fa1_fp16"] = fwd_flops / median_ms(
+                        lambda: lib.forward(1, q16, k16, v16, o16, lse, causal)) / 1e9
+                for name, backend in SDPA_BACKENDS.items():
+                    try:
+                        with sdpa_kernel(backend):
+                            ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                        row["fwd"][name] = fwd_flops / ms / 1e9
+                    except RuntimeError as error:
+                        row["fwd"][name] = None
+                        row.setdefault("errors", {})[f"fwd {name}"] = str(error).splitlines()[0]
+                if args.backward:
+                    do = torch.randn_like(q)
+                    bwd_flops = 2.5 * fwd_flops
+                    if lib.has_backward:
+                        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                        try:
+                            lib.forward(2, q, k, v, o, lse, causal)
+                            row["bwd"]["fa2"] = bwd_flops / median_ms(
+                                lambda: lib.backward(q, k, v, o, lse, do, dq, dk, dv, causal)) / 1e9
+                        except RuntimeError as error:
+                            row.setdefault("errors", {})["bwd fa2"] = str(error).splitlines()[0]
+                    for name, backend in SDPA_BACKENDS.items():
+                        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                        try:
+                            with sdpa_kernel(backend):
+                                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                                ms = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+                            row["bwd"][name] = bwd_flops / ms / 1e9
+                        except RuntimeError as error:
+                            row["bwd"][name] = None
+                            row.setdefault("errors", {})[f"bwd {name}"] = str(error).splitlines()[0]
+                result["rows"].append(row)
+                fmt = lambda x: "-" if x is None else f"{x:.0f}"
+                print(f"d={d:3d} causal={int(causal)} s={s:5d}  fwd " +
+                      " ".join(f"{n}={fmt(x)}" for n, x in row["fwd"].items()) +
+                      ("  bwd " + " ".join(f"{n}={fmt(x)}" for n, x in row["bwd"].items()) if row["bwd"] else "") +
+                      f"  |O-O_sdpa|max={row['fa2_max_abs_diff_vs_sdpa_flash']:.2e}", flush=True)
+                del q, k, v, o, lse
+    return result
+
+
+def markdown(result):
+    env = result["environment"]
+    lines = [f"{env['gpu']}, driver {env['driver']}, CUDA {env['cuda']}, PyTorch {env['pytorch']}, cuDNN {env['cudnn']}, "
+             f"{env['date']}; bf16 matmul ceiling {result['matmul_bf16_8192_tflops']:.0f} TFLOP/s. TFLOP/s "
+             f"(ratio of FA2 to each anchor).", ""]
+    for direction in ("fwd", "bwd"):
+        rows = [r for r in result["rows"] if r[direction]]
+        if not rows:
+            continue
+        lines += [f"**{direction}**", "",
+                  "| d | causal | seqlen | FA2 (ours) | FA1 (ours, fp16) | SDPA flash | SDPA cuDNN | SDPA mem-eff | "
+                  "FA2 / flash | FA2 / cuDNN | FA2 / mem-eff |", "|" + " --- |" * 11]
+        for r in rows:
+            x = r[direction]
+            fmt = lambda v: "-" if v is None else f"{v:.0f}"
+            ratio = lambda a: "-" if x.get("fa2") is None or not x.get(a) else f"{x['fa2'] / x[a]:.2f}"
+            lines.append(f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {fmt(x.get('fa2'))} | "
+                         f"{fmt(x.get('fa1_fp16'))} | {fmt(x.get('sdpa_flash'))} | {fmt(x.get('sdpa_cudnn'))} | "
+                         f"{fmt(x.get('sdpa_mem_efficient'))} | {ratio('sdpa_flash')} | {ratio('sdpa_cudnn')} | "
+                         f"{ratio('sdpa_mem_efficient')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lib", required=True, help="path to libflashlab_kernels_c.so")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--markdown", required=True)
+    parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch (batch = tokens / seqlen)")
+    parser.add_argument("--hidden", type=int, default=2048, help="heads = hidden / head_dim")
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--fa1-max-seqlen", type=int, default=4096)
+    parser.add_argument("--backward", action="store_true", help="also time the backward pass")
+    args = parser.parse_args()
+    result = run(args)
+    with open(args.json, "w") as f:
+        json.dump(result, f, indent=1)
+    table = markdown(result)
+    with open(args.markdown, "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
