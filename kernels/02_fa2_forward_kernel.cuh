@@ -51,7 +51,9 @@ struct Fa2Tile {
   static constexpr int kWarps = 4;
   static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  static constexpr int kBlockN = kHeadDim <= 32 ? 128 : 64;
+  // Key columns per block: the widest head dims take 32 so two blocks fit an SM's shared memory
+  // (and d = 256 fits the 163 KB an A100 block may have).
+  static constexpr int kBlockN = kHeadDim <= 32 ? 128 : (kHeadDim <= 160 ? 64 : 32);
   static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
   static constexpr bool kQInRegisters = kHeadDim <= 64;
   static constexpr int kRowStride = kHeadDim + 8;  // padded rows: ldmatrix reads hit 8 different banks
