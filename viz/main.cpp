@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,7 @@ struct Options {
   std::string screenshot_path;
   std::string layout_path;    // headless: where the score grid was drawn, as JSON
   int frames = 3;
+  int hover_row = -1, hover_col = -1;  // headless: the score the mouse rests on (shows S and P)
   double position = 0.35;     // headless: fraction of the trace already played
   int width = 1600, height = 1000;
 };
@@ -46,7 +48,8 @@ const char* kUsage =
     "usage: flashlab_viz [--schedule NAME] [--compare NAME] [--seqlen N | --seqlen-q N --seqlen-k N]\n"
     "                    [--head-dim D] [--mask none|causal|window] [--window W] [--dtype fp32|fp16|bf16]\n"
     "                    [--blocks BRxBC | --sram BYTES] [--trace FILE] [--save-trace FILE]\n"
-    "                    [--screenshot FILE.png [--frames N] [--position P] [--layout FILE.json]] [--size WxH]\n"
+    "                    [--screenshot FILE.png [--frames N] [--position P] [--hover ROWxCOL] [--layout FILE.json]]\n"
+    "                    [--size WxH]\n"
     "Schedules: the registry of sim/schedules.hpp (flashlab list). --position P is the fraction of the\n"
     "trace played before the screenshot, 0 .. 1. See docs/visualizer.md.\n";
 
@@ -64,10 +67,10 @@ int parse_int(const std::string& option, const std::string& text, int low, int h
   return static_cast<int>(value);
 }
 
-std::pair<int, int> parse_pair(const std::string& option, const std::string& text, int high) {
+std::pair<int, int> parse_pair(const std::string& option, const std::string& text, int low, int high) {
   const auto x = text.find('x');
   if (x == std::string::npos) throw std::invalid_argument(option + " = '" + text + "'; allowed: AxB, e.g. 64x64");
-  return {parse_int(option, text.substr(0, x), 1, high), parse_int(option, text.substr(x + 1), 1, high)};
+  return {parse_int(option, text.substr(0, x), low, high), parse_int(option, text.substr(x + 1), low, high)};
 }
 
 Options parse_options(int argc, char** argv) {
@@ -104,7 +107,7 @@ Options parse_options(int argc, char** argv) {
     } else if (option == "--dtype") {
       r.dtype = dtype_from_string(value);
     } else if (option == "--blocks") {
-      std::tie(r.block_rows, r.block_cols) = parse_pair(option, value, 1 << 16);
+      std::tie(r.block_rows, r.block_cols) = parse_pair(option, value, 1, 1 << 16);
       r.blocks_from_sram = false;
     } else if (option == "--sram") {
       r.sram_bytes = parse_int(option, value, 1, 1 << 30);
@@ -124,8 +127,10 @@ Options parse_options(int argc, char** argv) {
       o.position = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0' || !(o.position >= 0.0 && o.position <= 1.0))
         throw std::invalid_argument("--position = '" + value + "'; allowed: a fraction of the trace in 0 .. 1");
+    } else if (option == "--hover") {
+      std::tie(o.hover_row, o.hover_col) = parse_pair(option, value, 0, 1 << 24);
     } else if (option == "--size") {
-      std::tie(o.width, o.height) = parse_pair(option, value, 16384);
+      std::tie(o.width, o.height) = parse_pair(option, value, 1, 16384);
     } else {
       throw std::invalid_argument("unknown option " + option + "; see --help");
     }
@@ -169,6 +174,14 @@ void write_layout(const std::string& path, const AppState& app, int width, int h
   file << "{\"framebuffer\": [" << width << ", " << height << "], \"position\": " << lane.cursor.position()
        << ", \"events\": " << lane.cursor.size() << ", \"score_grid\": [" << int(r.x * scale_x) << ", "
        << int(r.y * scale_y) << ", " << int(r.z * scale_x) << ", " << int(r.w * scale_y) << "]}\n";
+}
+
+// Where score (row, col) of a lane was drawn in the last frame.
+ImVec2 score_position(const Lane& lane, int row, int col) {
+  const ImVec4 r = lane.score_grid_rect;
+  const TraceInfo& info = lane.trace.info;
+  return ImVec2(r.x + (std::min(col, info.seqlen_k - 1) + 0.5f) * (r.z - r.x) / info.seqlen_k,
+                r.y + (std::min(row, info.seqlen_q - 1) + 0.5f) * (r.w - r.y) / info.seqlen_q);
 }
 
 void glfw_error(int code, const char* description) { std::fprintf(stderr, "flashlab_viz: GLFW error %d: %s\n", code, description); }
@@ -227,6 +240,7 @@ int main(int argc, char** argv) {
     glfwPollEvents();
     ImGui_ImplOpenGL3_NewFrame();
     ImGui_ImplGlfw_NewFrame();
+    if (headless && options.hover_row >= 0 && frame > 0) io.MousePos = score_position(app.lanes[0], options.hover_row, options.hover_col);
     ImGui::NewFrame();
     update_lanes(app, headless ? 0.0f : io.DeltaTime);
     ShowApp(app);
