@@ -247,6 +247,51 @@ TEST_CASE("FA2 backward moves K, V once and Q, dO once per key block", "[backwar
   CHECK(c.matmul_flops == 2 * Nq * Nk * (3 * d + 2 * dv));  // S, dQ, dK over d; dV, dP over dv
 }
 
+TEST_CASE("FA1 backward moves Q, O, dO, dQ, l, m once per key block (Algorithm 4, line 10)", "[backward]") {
+  Problem problem = base_problem(100, 70, 16);
+  problem.batch = 1;
+  problem.heads_q = 1;
+  problem.head_dim_v = 8;
+  const std::int64_t Tc = 3, Nq = 100, Nk = 70, d = 16, dv = 8;
+  const Counters c = run_fa1_backward<ShapeMemory>(problem, nullptr, 0, Fa1BackwardTiling{32, 32});
+  CHECK(c[TensorId::K].hbm_read_elements == Nk * d);  // line 7
+  CHECK(c[TensorId::V].hbm_read_elements == Nk * dv);
+  CHECK(c[TensorId::Q].hbm_read_elements == Tc * Nq * d);  // line 10
+  CHECK(c[TensorId::O].hbm_read_elements == Tc * Nq * dv);
+  CHECK(c[TensorId::dO].hbm_read_elements == Tc * Nq * dv);
+  CHECK(c[TensorId::l].hbm_read_elements == Tc * Nq);
+  CHECK(c[TensorId::m].hbm_read_elements == Tc * Nq);
+  CHECK(c[TensorId::dQ].hbm_read_elements == Tc * Nq * d);
+  CHECK(c[TensorId::dQ].hbm_write_elements == (Tc + 1) * Nq * d);  // line 5 and line 21
+  CHECK(c[TensorId::dK].hbm_write_elements == 2 * Nk * d);         // line 5 and line 24
+  CHECK(c[TensorId::dV].hbm_write_elements == 2 * Nk * dv);
+  CHECK(c[TensorId::LSE].hbm_read_elements == 0);  // l and m instead; derived from LSE apart
+  CHECK(c.matmul_flops == 2 * Nq * Nk * (3 * d + 2 * dv));
+}
+
+TEST_CASE("Standard backward moves P, dP and dS through HBM (Algorithm 3)", "[backward]") {
+  Problem problem = base_problem(100, 70, 16);
+  problem.batch = 1;
+  problem.heads_q = 1;
+  problem.head_dim_v = 8;
+  const std::int64_t Tr = 4, Tc = 3, Nq = 100, Nk = 70, d = 16, dv = 8;
+  const Counters c = run_standard_backward<ShapeMemory>(problem, nullptr, 0, StandardBackwardTiling{32, 32});
+  CHECK(c[TensorId::P].hbm_read_elements == 2 * Nq * Nk);  // lines 1 and 3
+  CHECK(c[TensorId::P].hbm_write_elements == 0);           // written by the forward pass
+  CHECK(c[TensorId::dP].hbm_write_elements == Nq * Nk);    // line 2
+  CHECK(c[TensorId::dP].hbm_read_elements == Nq * Nk);     // line 3
+  CHECK(c[TensorId::dS].hbm_write_elements == Nq * Nk);    // line 3
+  CHECK(c[TensorId::dS].hbm_read_elements == 2 * Nq * Nk); // lines 4 and 5
+  CHECK(c[TensorId::dO].hbm_read_elements == Tc * Nq * dv + Nq * dv);  // lines 1 and 2
+  CHECK(c[TensorId::V].hbm_read_elements == Tr * Nk * dv);             // line 2
+  CHECK(c[TensorId::K].hbm_read_elements == Tr * Nk * d);              // line 4
+  CHECK(c[TensorId::Q].hbm_read_elements == Tc * Nq * d);              // line 5
+  CHECK(c[TensorId::dQ].hbm_write_elements == Nq * d);
+  CHECK(c[TensorId::dK].hbm_write_elements == Nk * d);
+  CHECK(c[TensorId::dV].hbm_write_elements == Nk * dv);
+  CHECK(c.matmul_flops == 2 * Nq * Nk * (2 * d + 2 * dv));  // no S = Q K^T: P is read
+}
+
 TEST_CASE("Backward schedules reject bad block sizes and overflow a too small SRAM by name", "[backward]") {
   Problem problem = base_problem(64, 64, 32);
   AttentionTensors tensors = backward_test::forward_inputs(problem, reference::fresh_seed());
