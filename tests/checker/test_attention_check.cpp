@@ -1,0 +1,98 @@
+// The reference-test library checks itself on the CPU (runs in CI): the CPU FA2 schedule passes
+// part of the default grid in bf16 and fp16, and the same schedule run with an off-by-one causal
+// mask (every query sees one key past the diagonal) fails, with a report naming the case.
+#include <string>
+#include <vector>
+
+#include "algorithms/04_fa2_forward.hpp"
+#include "algorithms/run_schedule.hpp"
+#include "catch.hpp"
+#include "reference/attention_check.hpp"
+
+using namespace flashlab;
+using reference::CaseResult;
+
+namespace {
+
+void cpu_fa2(const Problem& problem, AttentionTensors& tensors) {
+  run_per_head(problem, tensors, 0, [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
+    fa2_forward(mem, head, Fa2Tiling{48, 40}, x);
+  });
+}
+
+// The planted bug: a causal problem computed as "key <= diagonal + 1".
+void cpu_fa2_off_by_one(const Problem& problem, AttentionTensors& tensors) {
+  Problem shifted = problem;
+  if (shifted.mask.causal) {
+    shifted.mask.causal = false;
+    shifted.mask.window_right = 1;
+  }
+  cpu_fa2(shifted, tensors);
+}
+
+// The small shapes of the grid: skip (1023, 1024)-sized cases to keep CI fast.
+std::vector<Problem> small_grid(DType dtype) {
+  std::vector<Problem> grid;
+  for (const Problem& p : reference::default_forward_grid(dtype, {40, 64, 59})) {
+    if (static_cast<long long>(p.seqlen_q) * p.seqlen_k <= 256 * 512) grid.push_back(p);
+  }
+  return grid;
+}
+
+}  // namespace
+
+TEST_CASE("reference grid: the CPU FA2 schedule passes, bf16 and fp16", "[checker]") {
+  const DType dtype = GENERATE(DType::bf16, DType::fp16);
+  const auto result = reference::check_forward_grid(cpu_fa2, small_grid(dtype));
+  INFO(result.summary());
+  CHECK(result.failed == 0);
+  CHECK(result.refused == 0);
+  CHECK(result.passed > 20);
+}
+
+TEST_CASE("reference grid: a planted causal off-by-one fails with a readable report", "[checker]") {
+  const auto result = reference::check_forward_grid(cpu_fa2_off_by_one, small_grid(DType::bf16));
+  INFO(result.summary());
+  int causal_failures = 0;
+  for (const CaseResult& c : result.cases) {
+    INFO(c.report);
+    if (!c.problem.mask.causal) CHECK(c.status == CaseResult::Status::passed);
+    if (c.problem.mask.causal && c.problem.seqlen_k > 1 && !c.problem.varlen()) {
+      CHECK(c.status == CaseResult::Status::failed);
+      CHECK(c.report.find("FAILED") == 0);
+      CHECK(c.report.find("causal") != std::string::npos);
+      CHECK(c.report.find("O: max error") != std::string::npos);
+      causal_failures += c.status == CaseResult::Status::failed;
+    }
+  }
+  CHECK(causal_failures > 5);
+}
+
+TEST_CASE("reference grid: unwritten outputs and nondeterminism are caught", "[checker]") {
+  Problem problem;
+  problem.batch = 1, problem.heads_q = 2, problem.heads_kv = 1, problem.seqlen_q = 113, problem.seqlen_k = 203;
+  problem.head_dim = 40, problem.dtype = DType::bf16;
+  // Leaves the last row of O unwritten (still NaN from the poison).
+  const auto skips_a_row = [](const Problem& p, AttentionTensors& t) {
+    AttentionTensors copy = t;
+    cpu_fa2(p, copy);
+    for (int row = 0; row + 1 < t.O.rows; ++row)
+      for (int h = 0; h < t.O.heads; ++h)
+        for (int c = 0; c < t.O.dim; ++c) t.O.at(row, h, c) = copy.O.at(row, h, c);
+    t.LSE = copy.LSE;
+  };
+  const CaseResult unwritten = reference::check_forward_case(skips_a_row, problem);
+  INFO(unwritten.report);
+  CHECK(unwritten.status == CaseResult::Status::failed);
+  CHECK(unwritten.report.find("NaN or unwritten") != std::string::npos);
+
+  int calls = 0;  // the second run adds a tiny perturbation: not bitwise repeatable
+  const auto flaky = [&calls](const Problem& p, AttentionTensors& t) {
+    cpu_fa2(p, t);
+    if (calls++ % 2 == 1) t.O.values[7] = round_to(p.dtype, t.O.values[7] + 0.25f);
+  };
+  const CaseResult nondeterministic = reference::check_forward_case(flaky, problem);
+  INFO(nondeterministic.report);
+  CHECK(nondeterministic.status == CaseResult::Status::failed);
+  CHECK(nondeterministic.report.find("not deterministic") != std::string::npos);
+}
