@@ -2,7 +2,8 @@
 # On the GPU machine: configure and build the kernels and the GPU tests, run the correctness grid,
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
-# Usage: scripts/device_check.sh [steps...]   steps: build tests bench bench-fwd ncu sanitize (default: build tests bench)
+# Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests bench
+# (forward and backward) bench-fwd ncu sanitize (default: build tests bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -10,32 +11,31 @@ mkdir -p "$OUT"
 BUILD=build/device
 steps=${*:-build tests bench}
 status=0
-has() { [[ " $steps " == *" $1 "* ]]; }
 
-if has build; then
+step_build() {
   start=$(date +%s)
   cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_BUILD_VIZ=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
     >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
   cmake --build $BUILD --target test_kernels flashlab_kernels_c fa2_forward_bench -j16 >"$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
   echo "build (sm_90a, -j16): $(( $(date +%s) - start )) s"
-fi
-if has tests; then
+}
+step_tests() {
   start=$(date +%s)
-  (cd $BUILD && ctest -L gpu --output-on-failure --timeout 500) >"$OUT/tests.log" 2>&1 || status=1
+  (cd $BUILD && ctest -L gpu -j4 --output-on-failure --timeout 500) >"$OUT/tests.log" 2>&1 || status=1
   echo "gpu tests: status $status in $(( $(date +%s) - start )) s"
   grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$OUT/tests.log" | head -20
   grep -E "FAILED|REFUSED" "$OUT/tests.log" | head -20
-fi
-if has bench; then
+}
+step_bench() {
   PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
     --json "$OUT/bench.json" --markdown "$OUT/bench.md" --backward ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
-fi
-if has bench-fwd; then
+}
+step_bench_fwd() {
   PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
     --json "$OUT/bench.json" --markdown "$OUT/bench.md" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
-fi
-if has ncu; then
+}
+step_ncu() {
   # DRAM and L2 bytes of the FA2 forward at three sizes (bf16, d = 128, non-causal).
   for size in "16 16 1024" "4 16 4096" "1 16 16384"; do
     set -- $size
@@ -44,13 +44,16 @@ if has ncu; then
       $BUILD/tests/kernels/fa2_forward_bench $1 $2 $3 128 0 1 2 >"$OUT/ncu_b$1_s$3.log" 2>&1
     grep -E "dram__|lts__|gpu__time|warps_active|FA2" "$OUT/ncu_b$1_s$3.log"
   done
-fi
-if has sanitize; then
+}
+step_sanitize() {
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 3 $BUILD/tests/kernels/test_kernels "[sanitizer_grid]" \
       >"$OUT/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -cE "ERROR|error" "$OUT/sanitizer_$tool.log") error lines)"
     tail -3 "$OUT/sanitizer_$tool.log"
   done
-fi
+}
+for step in $steps; do
+  "step_${step//-/_}"
+done
 exit $status
