@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -158,8 +159,8 @@ TEST_CASE("every forward schedule matches the oracle on the official odd shapes"
       {108, 256, 96, 64, 1, 2, 2},
       {256, 512, 111, 111, 1, 1, 1},
       {512, 256, 128, 128, 1, 1, 1},
-      {1023, 1024, 64, 64, 1, 1, 1},
-      {1024, 1023, 64, 64, 1, 1, 1},
+      {1023, 1024, 128, 128, 1, 1, 1},
+      {1024, 1023, 111, 96, 1, 1, 1},
       {1, 1, 59, 40, 2, 4, 2},
       {239, 1, 111, 96, 2, 2, 1},
       {799, 3, 128, 59, 1, 2, 1},
@@ -528,4 +529,41 @@ TEST_CASE("block-sparse FA1 loads and computes only the kept blocks (Algorithm 5
   CHECK(counters.matmul_flops == flops);
   // And the result is right at this tiling too.
   check_all_against_oracle(problem, {tiling.block_rows, tiling.block_cols, 3, 0});
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+// Records the paper lines a schedule marks (what the visualizer highlights).
+class LineRecorder : public TraceSink {
+ public:
+  void record(const TraceEvent& event) override {
+    if (event.kind == EventKind::line) lines.insert(event.line);
+  }
+  std::set<int> lines;
+};
+}  // namespace
+
+TEST_CASE("each schedule marks the lines of its paper's algorithm", "[forward][trace]") {
+  // Masked, score-modified and with dropout, so every line of each algorithm is reached.
+  Problem problem = make_problem(113, 203, 40, 1, 1, 1);
+  problem.mask.causal = true;
+  problem.softcap = 5.0f;
+  problem.dropout = {0.1f, 5, 0};
+  problem.block_sparsity = random_block_sparsity(problem, 48, 40, 3);
+  const std::vector<std::pair<ForwardSchedule, std::set<int>>> expected = {
+      {ForwardSchedule::standard, {1, 2, 3, 4}},                                // FA1 Algorithm 0
+      {ForwardSchedule::fa1, {2, 6, 8, 9, 10, 11, 12, 13, 16}},                 // FA1 Algorithm 1
+      {ForwardSchedule::block_sparse, {3, 7, 9, 10, 11, 12, 13, 14, 15, 16, 17, 21}},  // FA1 Algorithm 5
+      {ForwardSchedule::fa2, {4, 5, 7, 8, 9, 12, 14}},                          // FA2 Algorithm 1
+      {ForwardSchedule::split_kv, {2, 4, 5, 6, 7, 9, 10, 11}},                  // 08's pseudocode
+  };
+  for (const auto& [schedule, lines] : expected) {
+    INFO(testing::name(schedule));
+    LineRecorder recorder;
+    DataMemory mem(MemoryConfig{problem.dtype, 0}, &recorder);
+    AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
+    testing::run_forward_head(schedule, mem, head_problem(problem, 0, 0), head_tensors(tensors, problem, 0, 0), ForwardBlocks{});
+    CHECK(recorder.lines == lines);
+  }
 }

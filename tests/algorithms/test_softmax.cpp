@@ -68,6 +68,17 @@ double max_error(const std::vector<float>& got, const std::vector<double>& expec
   return error;
 }
 
+// The largest |got - expected| / (|expected| + 1e-3): a float sum of n positive terms is exact to
+// a relative n * 2^-24 at worst (6e-5 for n = 1024), so probabilities are compared relatively.
+double max_relative_error(const std::vector<float>& got, const std::vector<double>& expected) {
+  double error = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    error = std::max(error, std::fabs(got[i] - expected[i]) / (std::fabs(expected[i]) + 1e-3));
+  }
+  return error;
+}
+
 }  // namespace
 
 TEST_CASE("softmax lab: the three-pass and online-normalizer softmax match a double softmax", "[softmax]") {
@@ -83,8 +94,8 @@ TEST_CASE("softmax lab: the three-pass and online-normalizer softmax match a dou
   DataMemory three_pass, online;
   softmax_three_pass(three_pass, x.view(), y3.view(), {block});
   softmax_online_normalizer(online, x.view(), y2.view(), {block});
-  CHECK(max_error(y3.values, expected) <= 1e-6);
-  CHECK(max_error(y2.values, expected) <= 1e-6);
+  CHECK(max_relative_error(y3.values, expected) <= 1e-4);
+  CHECK(max_relative_error(y2.values, expected) <= 1e-4);
 
   // Milakov and Gimelshein's point: 3 reads of X become 2; Y is written once either way.
   const std::int64_t elements = static_cast<std::int64_t>(rows) * cols;
