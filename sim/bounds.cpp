@@ -1,0 +1,50 @@
+#include "bounds.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "schedules.hpp"
+
+namespace flashlab::sim {
+
+BoundInputs bound_inputs(const Problem& p, std::int64_t sram_bytes, double sparsity) {
+  return {static_cast<double>(p.seqlen_q), static_cast<double>(p.seqlen_k), static_cast<double>(p.head_dim),
+          static_cast<double>(sram_bytes) / element_bytes(p.dtype), sparsity};
+}
+
+double standard_bound(const BoundInputs& x) { return (x.nq + x.nk) * x.d + x.nq * x.nk; }
+double flash_bound(const BoundInputs& x) { return x.nq * x.nk * x.d * x.d / x.m; }
+double block_sparse_bound(const BoundInputs& x) { return (x.nq + x.nk) * x.d + x.nq * x.nk * x.d * x.d * x.sparsity / x.m; }
+double saha_ye_lower_bound(const BoundInputs& x) {
+  return std::min(x.nq * x.nk * x.d / std::sqrt(x.m), x.nq * x.nk * x.d * x.d / x.m);
+}
+double memory_efficient_bound(const BoundInputs& x) { return x.nq * x.nk * x.d / std::min(std::sqrt(x.m), x.m / x.d); }
+double square_tiling_bound(const BoundInputs& x) { return x.nq * x.nk * x.d / std::sqrt(x.m) + x.nq * x.nk; }
+
+Bound schedule_bound(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, double sparsity) {
+  const BoundInputs x = bound_inputs(problem, sram_bytes, sparsity);
+  if (schedule == "standard") return {"N d + N^2", "FA1 Theorem 2", standard_bound(x)};
+  if (schedule == "standard_backward") return {"N d + N^2", "FA1 Theorem 5", standard_bound(x)};
+  if (schedule == "fa1" || schedule == "fa2" || schedule == "split_kv") return {"N^2 d^2 / M", "FA1 Theorem 2", flash_bound(x)};
+  if (schedule == "fa1_backward" || schedule == "fa2_backward") return {"N^2 d^2 / M", "FA1 Theorem 5", flash_bound(x)};
+  if (schedule == "block_sparse") return {"N d + N^2 d^2 s / M", "FA1 Proposition 4", block_sparse_bound(x)};
+  if (schedule == "memory_efficient") return {"N^2 d / min(sqrt(M), M / d)", "square chunks (this simulator)", memory_efficient_bound(x)};
+  if (schedule == "square_tiling") return {"N^2 d / sqrt(M) + N^2", "Saha and Ye, Algorithm 1", square_tiling_bound(x)};
+  find_schedule(schedule);  // throws for an unknown name
+  return {};
+}
+
+Bound lower_bound(const Problem& problem, std::int64_t sram_bytes) {
+  return {"min(N^2 d / sqrt(M), N^2 d^2 / M)", "Saha and Ye Theorem 3.1; FA1 Proposition 3",
+          saha_ye_lower_bound(bound_inputs(problem, sram_bytes))};
+}
+
+Exponents theory_exponents(std::string_view schedule, double m_elements, double d) {
+  const bool small_sram = m_elements < d * d;
+  if (schedule == "standard" || schedule == "standard_backward") return {2, 0, 0};
+  if (schedule == "memory_efficient") return small_sram ? Exponents{2, -1, 2} : Exponents{2, -0.5, 1};
+  if (schedule == "square_tiling") return small_sram ? Exponents{2, -0.5, 1} : Exponents{2, 0, 0};
+  return {2, -1, 2};  // the FlashAttention family
+}
+
+}  // namespace flashlab::sim

@@ -1,0 +1,161 @@
+#include "machines.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace flashlab::sim {
+
+namespace {
+
+constexpr const char* kFormat = "flashlab-machine";
+constexpr int kVersion = 1;
+
+// The default experiment's machine, embedded so that it runs with no preset files.
+constexpr const char* kEmbeddedDefault = R"json({
+  "format": "flashlab-machine", "version": 1, "key": "h100",
+  "name": "NVIDIA H100 SXM5 80GB (compute capability 9.0)", "dtype": "bf16",
+  "sram_bytes": 232448,
+  "sram_source": "CUDA C++ Programming Guide, maximum shared memory per thread block (9.0: 227 KB of the 228 KB shared per SM)",
+  "hbm_bytes_per_second": 3.35e12, "hbm_source": "NVIDIA H100 datasheet: 3.35 TB/s HBM3 (SXM)",
+  "matmul_flops_per_second": 989e12, "matmul_source": "NVIDIA H100 datasheet: 989 TFLOPS BF16 dense (SXM)",
+  "exp_per_second": 3.9e12, "exp_source": "FlashAttention-3 paper, Section 3: 3.9 TFLOPS of special functions on H100 SXM5",
+  "fp32_flops_per_second": 67e12, "fp32_source": "NVIDIA H100 datasheet: 67 TFLOPS FP32 (SXM)"
+})json";
+
+template <class T>
+T field(const nlohmann::json& json, const char* name, const std::string& source) {
+  if (!json.contains(name)) throw std::invalid_argument(source + ": field '" + name + "' is missing");
+  try {
+    return json.at(name).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::invalid_argument(source + ": field '" + name + "' has the wrong type");
+  }
+}
+
+double positive(const nlohmann::json& json, const char* name, const std::string& source) {
+  const double value = field<double>(json, name, source);
+  if (!(value > 0)) throw std::invalid_argument(source + ": " + name + " = " + std::to_string(value) + "; allowed: > 0");
+  return value;
+}
+
+}  // namespace
+
+Machine machine_from_json(const nlohmann::json& json, const std::string& source) {
+  if (!json.is_object()) throw std::invalid_argument(source + ": not a JSON object");
+  if (field<std::string>(json, "format", source) != kFormat) {
+    throw std::invalid_argument(source + ": format is not '" + std::string(kFormat) + "'");
+  }
+  if (field<int>(json, "version", source) != kVersion) {
+    throw std::invalid_argument(source + ": version " + json.at("version").dump() + "; allowed: " + std::to_string(kVersion));
+  }
+  Machine m;
+  m.key = field<std::string>(json, "key", source);
+  m.name = field<std::string>(json, "name", source);
+  try {
+    m.dtype = dtype_from_string(field<std::string>(json, "dtype", source));
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument(source + ": " + error.what());
+  }
+  m.sram_bytes = static_cast<std::int64_t>(positive(json, "sram_bytes", source));
+  m.hbm_bytes_per_second = positive(json, "hbm_bytes_per_second", source);
+  m.matmul_flops_per_second = positive(json, "matmul_flops_per_second", source);
+  m.exp_per_second = positive(json, "exp_per_second", source);
+  m.fp32_flops_per_second = positive(json, "fp32_flops_per_second", source);
+  m.sram_source = field<std::string>(json, "sram_source", source);
+  m.hbm_source = field<std::string>(json, "hbm_source", source);
+  m.matmul_source = field<std::string>(json, "matmul_source", source);
+  m.exp_source = field<std::string>(json, "exp_source", source);
+  m.fp32_source = field<std::string>(json, "fp32_source", source);
+  return m;
+}
+
+nlohmann::json to_json(const Machine& m) {
+  return {{"format", kFormat},
+          {"version", kVersion},
+          {"key", m.key},
+          {"name", m.name},
+          {"dtype", to_string(m.dtype)},
+          {"sram_bytes", m.sram_bytes},
+          {"sram_source", m.sram_source},
+          {"hbm_bytes_per_second", m.hbm_bytes_per_second},
+          {"hbm_source", m.hbm_source},
+          {"matmul_flops_per_second", m.matmul_flops_per_second},
+          {"matmul_source", m.matmul_source},
+          {"exp_per_second", m.exp_per_second},
+          {"exp_source", m.exp_source},
+          {"fp32_flops_per_second", m.fp32_flops_per_second},
+          {"fp32_source", m.fp32_source}};
+}
+
+std::string machines_directory() {
+  if (const char* env = std::getenv("FLASHLAB_MACHINES")) return env;
+#ifdef FLASHLAB_MACHINES_DIR
+  return FLASHLAB_MACHINES_DIR;
+#else
+  return "sim/machines";
+#endif
+}
+
+namespace {
+Machine load_file(const std::filesystem::path& path) {
+  std::ifstream file(path);
+  if (!file) throw std::invalid_argument("machine file " + path.string() + " cannot be opened");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(file);
+  } catch (const nlohmann::json::parse_error& error) {
+    throw std::invalid_argument("machine file " + path.string() + " is not valid JSON (byte " + std::to_string(error.byte) + ")");
+  }
+  return machine_from_json(json, "machine file " + path.string());
+}
+}  // namespace
+
+std::vector<Machine> load_machines() {
+  std::vector<Machine> machines;
+  const std::filesystem::path directory = machines_directory();
+  std::error_code error;
+  if (std::filesystem::is_directory(directory, error)) {
+    for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+      if (entry.path().extension() == ".json") machines.push_back(load_file(entry.path()));
+    }
+  }
+  if (machines.empty()) machines.push_back(default_machine());
+  std::sort(machines.begin(), machines.end(), [](const Machine& a, const Machine& b) { return a.key < b.key; });
+  return machines;
+}
+
+Machine find_machine(const std::string& key_or_path) {
+  if (key_or_path.find('/') != std::string::npos || key_or_path.ends_with(".json")) return load_file(key_or_path);
+  const std::vector<Machine> machines = load_machines();
+  std::string known;
+  for (const Machine& m : machines) {
+    if (m.key == key_or_path) return m;
+    known += (known.empty() ? "" : ", ") + m.key;
+  }
+  throw std::invalid_argument("machine '" + key_or_path + "' is unknown; allowed: " + known + " (or a path to a preset .json)");
+}
+
+const Machine& default_machine() {
+  static const Machine machine = machine_from_json(nlohmann::json::parse(kEmbeddedDefault), "embedded default machine");
+  return machine;
+}
+
+Roofline roofline(const Counters& c, const Machine& m) {
+  Roofline r;
+  r.hbm_seconds = static_cast<double>(c.hbm_bytes()) / m.hbm_bytes_per_second;
+  r.matmul_seconds = static_cast<double>(c.matmul_flops) / m.matmul_flops_per_second;
+  r.exp_seconds = static_cast<double>(c.exponentials) / m.exp_per_second;
+  r.other_seconds = static_cast<double>(c.other_flops) / m.fp32_flops_per_second;
+  const std::pair<double, const char*> parts[] = {
+      {r.hbm_seconds, "hbm"}, {r.matmul_seconds, "matmul"}, {r.exp_seconds, "exp"}, {r.other_seconds, "other"}};
+  for (const auto& [seconds, name] : parts) {
+    if (seconds > r.seconds) r.seconds = seconds, r.bound_by = name;
+  }
+  return r;
+}
+
+}  // namespace flashlab::sim

@@ -1,0 +1,54 @@
+// Machine presets (sim/machines/*.json) and the roofline time a schedule's counts predict.
+//
+// A preset holds, each with its source: the SRAM one thread block can use (M, bytes), the HBM
+// bandwidth, the dense matmul rate (tensor cores, in the preset's dtype), the special-function
+// (exponential) rate and the rate of other FP32 operations. The roofline time of a run is the
+// largest of bytes / bandwidth, matmul FLOPs / matmul rate, exponentials / exp rate and other
+// FLOPs / FP32 rate: the resource a perfectly overlapped kernel would wait on.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "algorithms/problem.hpp"
+#include "algorithms/tile_memory.hpp"
+
+namespace flashlab::sim {
+
+struct Machine {
+  std::string key;   // "h100"
+  std::string name;  // "NVIDIA H100 SXM5 80GB (compute capability 9.0)"
+  DType dtype = DType::bf16;
+  std::int64_t sram_bytes = 0;
+  double hbm_bytes_per_second = 0;
+  double matmul_flops_per_second = 0;
+  double exp_per_second = 0;
+  double fp32_flops_per_second = 0;
+  std::string sram_source, hbm_source, matmul_source, exp_source, fp32_source;
+};
+
+// Parses a preset; throws std::invalid_argument naming `source` and the bad field.
+Machine machine_from_json(const nlohmann::json& json, const std::string& source);
+nlohmann::json to_json(const Machine& machine);
+
+// The directory of the presets: $FLASHLAB_MACHINES if set, else sim/machines of the source tree.
+std::string machines_directory();
+// Every preset in the directory, sorted by key, plus the embedded default when the directory
+// is missing. Throws std::invalid_argument on a malformed file (naming it).
+std::vector<Machine> load_machines();
+// A preset by key ("h100"), or a path to a preset file. Throws std::invalid_argument naming the
+// unknown machine and the known ones.
+Machine find_machine(const std::string& key_or_path);
+// The embedded default machine (H100 SXM5), used by the default experiment with no files.
+const Machine& default_machine();
+
+struct Roofline {
+  double hbm_seconds = 0, matmul_seconds = 0, exp_seconds = 0, other_seconds = 0;
+  double seconds = 0;            // the largest of the four
+  std::string bound_by;          // "hbm", "matmul", "exp" or "other"
+};
+Roofline roofline(const Counters& counters, const Machine& machine);
+
+}  // namespace flashlab::sim

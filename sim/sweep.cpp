@@ -1,0 +1,259 @@
+#include "sweep.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "closed_forms.hpp"
+#include "report.hpp"
+
+namespace flashlab::sim {
+
+MaskSpec parse_mask(const std::string& text) {
+  MaskSpec mask;
+  mask.text = text;
+  const auto colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  const std::string value = colon == std::string::npos ? "" : text.substr(colon + 1);
+  auto bad = [&]() {
+    return std::invalid_argument("mask '" + text + "' is not understood; allowed: none, causal, window:W (W >= 0 keys), sparse:S (0 < S <= 1)");
+  };
+  try {
+    if (kind == "none" && value.empty()) return mask;
+    if (kind == "causal" && value.empty()) return mask.causal = true, mask;
+    if (kind == "window" && !value.empty()) {
+      std::size_t used = 0;
+      mask.causal = true;
+      mask.window_left = std::stoi(value, &used);
+      if (used != value.size() || mask.window_left < 0) throw bad();
+      return mask;
+    }
+    if (kind == "sparse" && !value.empty()) {
+      std::size_t used = 0;
+      mask.kept_fraction = std::stod(value, &used);
+      if (used != value.size() || !(mask.kept_fraction > 0 && mask.kept_fraction <= 1)) throw bad();
+      return mask;
+    }
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+  throw bad();
+}
+
+void SweepGrid::validate() const {
+  if (schedules.empty() || seqlens.empty() || head_dims.empty() || sram_bytes.empty() || masks.empty()) {
+    throw std::invalid_argument("sweep grid: schedules, seqlens, head dims, SRAM sizes and masks must each have >= 1 entry");
+  }
+  for (const std::string& name : schedules) find_schedule(name);
+  for (int n : seqlens) {
+    if (n < 1 || n > (1 << 24)) throw std::invalid_argument("seqlen " + std::to_string(n) + " is out of range; allowed: [1, 16777216]");
+  }
+  for (int d : head_dims) {
+    if (d < 1 || d > 4096) throw std::invalid_argument("head_dim " + std::to_string(d) + " is out of range; allowed: [1, 4096]");
+  }
+  for (std::int64_t m : sram_bytes) {
+    if (m < 16 || m > (std::int64_t{1} << 40)) {
+      throw std::invalid_argument("SRAM size " + std::to_string(m) + " B is out of range; allowed: [16 B, 1 TB]");
+    }
+  }
+  for (const std::string& mask : masks) parse_mask(mask);
+  if (batch < 1 || heads < 1) throw std::invalid_argument("batch and heads: allowed >= 1");
+}
+
+Problem sweep_problem(const SweepGrid& grid, int seqlen, int head_dim, const MaskSpec& mask, const BlockSizes& tiles) {
+  Problem p;
+  p.batch = grid.batch;
+  p.heads_q = p.heads_kv = grid.heads;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.head_dim = head_dim;
+  p.dtype = grid.dtype;
+  p.mask.causal = mask.causal;
+  p.mask.window_left = mask.window_left >= 0 ? std::min(mask.window_left, seqlen) : -1;
+  if (mask.kept_fraction < 1 && tiles.block_rows > 0) {
+    // Kept tiles spread evenly: tile (i, j) is kept iff the fraction's running count steps up at
+    // its position in a fixed permutation, so every row of tiles keeps about the same share.
+    BlockSparsity& s = p.block_sparsity;
+    s.block_rows = tiles.block_rows;
+    s.block_cols = tiles.block_cols;
+    s.row_blocks = (seqlen + tiles.block_rows - 1) / tiles.block_rows;
+    s.col_blocks = (seqlen + tiles.block_cols - 1) / tiles.block_cols;
+    s.keep.assign(static_cast<std::size_t>(s.row_blocks) * s.col_blocks, 0);
+    for (int i = 0; i < s.row_blocks; ++i) {
+      for (int j = 0; j < s.col_blocks; ++j) {
+        const int k = (j + 7 * i) % s.col_blocks;  // rotate rows so columns are shared evenly
+        const auto before = static_cast<long long>(std::floor(k * mask.kept_fraction));
+        const auto after = static_cast<long long>(std::floor((k + 1) * mask.kept_fraction));
+        s.keep[static_cast<std::size_t>(i) * s.col_blocks + j] = after > before;
+      }
+    }
+  }
+  return p;
+}
+
+SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int seqlen, int head_dim, std::int64_t sram_bytes,
+                       const std::string& mask_text) {
+  SweepPoint point;
+  point.schedule = schedule;
+  point.mask = mask_text;
+  point.seqlen = seqlen;
+  point.head_dim = head_dim;
+  point.sram_bytes = sram_bytes;
+  point.dtype = grid.dtype;
+  const MaskSpec mask = parse_mask(mask_text);
+  const auto start = std::chrono::steady_clock::now();
+  Problem problem = sweep_problem(grid, seqlen, head_dim, mask, {});
+  try {
+    point.blocks = derive_blocks(schedule, problem, sram_bytes);
+  } catch (const std::invalid_argument& error) {
+    point.fits = false;
+    point.reason = error.what();
+    return point;
+  }
+  problem = sweep_problem(grid, seqlen, head_dim, mask, point.blocks);
+  if (problem.block_sparsity.enabled()) {
+    const auto& keep = problem.block_sparsity.keep;
+    point.kept_fraction = static_cast<double>(std::count(keep.begin(), keep.end(), 1)) / static_cast<double>(keep.size());
+  }
+  RunOptions options;
+  options.memory = MemoryKind::shape;
+  options.sram_bytes = sram_bytes;
+  options.blocks = point.blocks;
+  point.counters = run_schedule(schedule, problem, options).counters;
+  const double heads = static_cast<double>(grid.batch) * grid.heads;
+  point.bound = schedule_bound(schedule, problem, sram_bytes, point.kept_fraction);
+  point.bound.elements *= heads;
+  point.lower_bound_elements = lower_bound(problem, sram_bytes).elements * heads;
+  point.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return point;
+}
+
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress) {
+  grid.validate();
+  std::vector<SweepPoint> points;
+  const std::size_t total = grid.schedules.size() * grid.seqlens.size() * grid.head_dims.size() * grid.sram_bytes.size() * grid.masks.size();
+  for (const std::string& schedule : grid.schedules)
+    for (const std::string& mask : grid.masks)
+      for (int d : grid.head_dims)
+        for (std::int64_t m : grid.sram_bytes)
+          for (int n : grid.seqlens) {
+            points.push_back(count_point(grid, schedule, n, d, m, mask));
+            if (progress) progress(points.size(), total);
+          }
+  return points;
+}
+
+std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points) {
+  // key: schedule, mask, variable, the two fixed values -> (x, y) pairs
+  using Key = std::tuple<std::string, std::string, std::string, std::int64_t, std::int64_t>;
+  std::map<Key, std::vector<const SweepPoint*>> groups;
+  for (const SweepPoint& p : points) {
+    if (!p.fits) continue;
+    groups[{p.schedule, p.mask, "N", p.head_dim, p.sram_bytes}].push_back(&p);
+    groups[{p.schedule, p.mask, "M", p.seqlen, p.head_dim}].push_back(&p);
+    groups[{p.schedule, p.mask, "d", p.seqlen, p.sram_bytes}].push_back(&p);
+  }
+  std::vector<SweepFit> fits;
+  for (const auto& [key, members] : groups) {
+    const auto& [schedule, mask, variable, a, b] = key;
+    std::vector<double> x, y;
+    std::set<double> distinct;
+    for (const SweepPoint* p : members) {
+      const double value = variable == "N" ? p->seqlen : variable == "M" ? static_cast<double>(p->sram_bytes) : p->head_dim;
+      x.push_back(value);
+      y.push_back(static_cast<double>(p->counters.hbm_bytes()));
+      distinct.insert(value);
+    }
+    if (distinct.size() < 3) continue;
+    SweepFit fit;
+    fit.schedule = schedule;
+    fit.mask = mask;
+    fit.variable = variable;
+    fit.points = static_cast<int>(x.size());
+    fit.exponent = fit_exponent(x, y);
+    // The theory's regime at the geometric middle of the group.
+    const SweepPoint& mid = *members[members.size() / 2];
+    const double m_elements = static_cast<double>(mid.sram_bytes) / element_bytes(mid.dtype);
+    const Exponents theory = theory_exponents(schedule, m_elements, mid.head_dim);
+    fit.theory = variable == "N" ? theory.n : variable == "M" ? theory.m : theory.d;
+    if (variable == "N") fit.fixed = {{"head_dim", a}, {"sram_bytes", b}};
+    if (variable == "M") fit.fixed = {{"seqlen", a}, {"head_dim", b}};
+    if (variable == "d") fit.fixed = {{"seqlen", a}, {"sram_bytes", b}};
+    fits.push_back(fit);
+  }
+  return fits;
+}
+
+namespace {
+nlohmann::json point_json(const SweepPoint& p, const Machine* machine) {
+  nlohmann::json j{{"schedule", p.schedule}, {"mask", p.mask}, {"seqlen", p.seqlen}, {"head_dim", p.head_dim},
+                   {"sram_bytes", p.sram_bytes}, {"status", p.fits ? "ok" : "does_not_fit"}};
+  if (!p.fits) {
+    j["reason"] = p.reason;
+    return j;
+  }
+  const nlohmann::json counters = to_json(p.counters);
+  j["block_rows"] = p.blocks.block_rows;
+  j["block_cols"] = p.blocks.block_cols;
+  j["kept_fraction"] = p.kept_fraction;
+  for (const char* field : {"hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements", "matmul_flops", "exponentials",
+                            "other_flops", "sram_peak_bytes"}) {
+    j[field] = counters[field];
+  }
+  j["bound"] = {{"formula", p.bound.formula}, {"source", p.bound.source}, {"elements", p.bound.elements}};
+  j["lower_bound_elements"] = p.lower_bound_elements;
+  j["counted_over_bound"] = static_cast<double>(hbm_elements(p.counters)) / p.bound.elements;
+  if (machine) j["roofline"] = to_json(roofline(p.counters, *machine));
+  j["seconds"] = p.seconds;
+  return j;
+}
+}  // namespace
+
+nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint>& points, const std::vector<SweepFit>& fits,
+                             const Machine* machine, const std::string& command) {
+  nlohmann::json json{{"format", "flashlab-sweep"}, {"version", 1},          {"command", command},
+                      {"dtype", to_string(grid.dtype)}, {"batch", grid.batch}, {"heads", grid.heads}};
+  json["machine"] = machine ? to_json(*machine) : nlohmann::json(nullptr);
+  json["points"] = nlohmann::json::array();
+  for (const SweepPoint& p : points) json["points"].push_back(point_json(p, machine));
+  json["fits"] = nlohmann::json::array();
+  for (const SweepFit& f : fits) {
+    json["fits"].push_back({{"schedule", f.schedule}, {"mask", f.mask}, {"variable", f.variable}, {"fixed", f.fixed},
+                            {"points", f.points}, {"exponent", f.exponent}, {"theory", f.theory}});
+  }
+  return json;
+}
+
+std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine, const std::string& command) {
+  std::ostringstream csv;
+  csv << "# flashlab-sweep v1; command: " << command << "\n";
+  csv << "schedule,mask,seqlen,head_dim,sram_bytes,status,block_rows,block_cols,kept_fraction,hbm_bytes,hbm_read_bytes,"
+         "hbm_write_bytes,hbm_elements,matmul_flops,exponentials,other_flops,sram_peak_bytes,bound_elements,"
+         "lower_bound_elements,roofline_seconds,bound_by\n";
+  for (const SweepPoint& p : points) {
+    csv << p.schedule << ',' << p.mask << ',' << p.seqlen << ',' << p.head_dim << ',' << p.sram_bytes << ','
+        << (p.fits ? "ok" : "does_not_fit");
+    if (!p.fits) {
+      csv << ",,,,,,,,,,,,,,,\n";
+      continue;
+    }
+    const Counters& c = p.counters;
+    csv << ',' << p.blocks.block_rows << ',' << p.blocks.block_cols << ',' << p.kept_fraction << ',' << c.hbm_bytes() << ','
+        << c.hbm_read_bytes() << ',' << c.hbm_write_bytes() << ',' << hbm_elements(c) << ',' << c.matmul_flops << ','
+        << c.exponentials << ',' << c.other_flops << ',' << c.sram_peak_bytes << ',' << p.bound.elements << ','
+        << p.lower_bound_elements << ',';
+    if (machine) {
+      const Roofline r = roofline(c, *machine);
+      csv << r.seconds << ',' << r.bound_by;
+    } else {
+      csv << ',';
+    }
+    csv << '\n';
+  }
+  return csv.str();
+}
+
+}  // namespace flashlab::sim

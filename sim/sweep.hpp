@@ -1,0 +1,93 @@
+// Sweeps: a grid of schedules x N x d x M x mask, each point counted shape-only, with its bound,
+// its roofline time on a machine, and the log-log exponents fitted along N, M and d.
+//
+// Output schema (version 1; the JSON is what scripts/plot_sweep.py reads):
+//   {"format": "flashlab-sweep", "version": 1, "command": "<the exact command line>",
+//    "machine": <preset> | null, "dtype": "bf16", "batch": 1, "heads": 1,
+//    "points": [{"schedule", "mask", "seqlen", "head_dim", "sram_bytes", "m_elements",
+//                "status": "ok" | "does_not_fit", "reason" (does_not_fit only),
+//                "block_rows", "block_cols", "kept_fraction",
+//                "hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements",
+//                "matmul_flops", "exponentials", "other_flops", "sram_peak_bytes",
+//                "bound": {"formula", "source", "elements"}, "lower_bound_elements",
+//                "counted_over_bound", "roofline": {...} (with a machine), "seconds"}],
+//    "fits": [{"schedule", "mask", "variable": "N" | "M" | "d", "fixed": {...},
+//              "points", "exponent", "theory"}]}
+// CSV: one row per point, the scalar columns above in that order, after a "# " comment line
+// holding the schema name and the command.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bounds.hpp"
+#include "machines.hpp"
+#include "schedules.hpp"
+
+namespace flashlab::sim {
+
+// "none", "causal", "window:W" (causal with a left window of W keys), "sparse:S" (block
+// sparsity with a fraction S in (0, 1] of the tiles kept, at the tile granularity).
+struct MaskSpec {
+  std::string text = "none";
+  bool causal = false;
+  int window_left = -1;
+  double kept_fraction = 1;  // < 1: block-sparse
+};
+MaskSpec parse_mask(const std::string& text);  // throws std::invalid_argument
+
+struct SweepGrid {
+  std::vector<std::string> schedules;
+  std::vector<int> seqlens;  // N = seqlen_q = seqlen_k
+  std::vector<int> head_dims;
+  std::vector<std::int64_t> sram_bytes;
+  std::vector<std::string> masks{"none"};
+  DType dtype = DType::bf16;
+  int batch = 1;
+  int heads = 1;
+  void validate() const;  // throws std::invalid_argument naming the bad entry
+};
+
+struct SweepPoint {
+  std::string schedule, mask;
+  int seqlen = 0, head_dim = 0;
+  std::int64_t sram_bytes = 0;
+  DType dtype = DType::bf16;
+  bool fits = true;
+  std::string reason;  // why it does not fit
+  BlockSizes blocks;
+  double kept_fraction = 1;
+  Counters counters;
+  Bound bound;
+  double lower_bound_elements = 0;
+  double seconds = 0;  // wall time of the count
+};
+
+struct SweepFit {
+  std::string schedule, mask, variable;  // variable: "N", "M" or "d"
+  nlohmann::json fixed;                  // the other two variables' values
+  int points = 0;
+  double exponent = 0, theory = 0;
+};
+
+// The problem of one grid point (mask applied; block sparsity at the given tile granularity).
+Problem sweep_problem(const SweepGrid& grid, int seqlen, int head_dim, const MaskSpec& mask, const BlockSizes& tiles);
+
+// Counts one point shape-only.
+SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int seqlen, int head_dim, std::int64_t sram_bytes,
+                       const std::string& mask);
+
+using Progress = std::function<void(std::size_t done, std::size_t total)>;
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress = {});
+
+// Fits along each variable where >= 3 points differ only in it.
+std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points);
+
+nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint>& points, const std::vector<SweepFit>& fits,
+                             const Machine* machine, const std::string& command);
+std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine, const std::string& command);
+
+}  // namespace flashlab::sim
