@@ -27,6 +27,7 @@ struct Lane {
   TraceState end_state;                 // after the last event: the whole run
   bool keeps_softmax_state = false;     // the trace has online-softmax updates
   int softmax_row = 0;                  // the row of the query block whose m and l are plotted
+  int scrolled_to_line = 0;             // the pseudocode line last scrolled into view
   std::string error;
   ImVec4 score_grid_rect{0, 0, 0, 0};   // where the score tiles were drawn (x0, y0, x1, y1)
 };

@@ -802,56 +802,72 @@ void ShowCounters(Lane& lane, const char* title, bool* open) {
   std::snprintf(overlay, sizeof overlay, "HBM traffic so far %s of %s", bytes_text(so_far).c_str(), bytes_text(total).c_str());
   ImGui::ProgressBar(total > 0 ? static_cast<float>(so_far) / total : 0.0f, ImVec2(-1, 0), overlay);
 
+  // Narrow (side by side): read + written together in each cell.
   const bool closed = lane.closed_form.has_value();
+  const bool compact = ImGui::GetContentRegionAvail().x < 600;
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp;
-  if (ImGui::BeginTable("traffic", closed ? 6 : 5, flags)) {
+  const int columns = (compact ? 3 : 5) + (closed ? 1 : 0);
+  if (ImGui::BeginTable("traffic", columns, flags)) {
     ImGui::TableSetupColumn("tensor");
-    ImGui::TableSetupColumn("read so far");
-    ImGui::TableSetupColumn("written so far");
-    ImGui::TableSetupColumn("run: read");
-    ImGui::TableSetupColumn("run: written");
-    if (closed) ImGui::TableSetupColumn("closed form r / w");
+    if (compact) {
+      ImGui::TableSetupColumn("so far r+w");
+      ImGui::TableSetupColumn("run r+w");
+    } else {
+      ImGui::TableSetupColumn("read so far");
+      ImGui::TableSetupColumn("written so far");
+      ImGui::TableSetupColumn("run: read");
+      ImGui::TableSetupColumn("run: written");
+    }
+    if (closed) ImGui::TableSetupColumn(compact ? "closed form" : "closed form r / w");
     ImGui::TableHeadersRow();
-    auto row = [&](const char* name, ImU32 color, std::int64_t r, std::int64_t w, std::int64_t run_r, std::int64_t run_w,
+    auto row = [&](const char* name, ImU32 color, const TensorTraffic& now, const TensorTraffic& run,
                    const TensorTraffic* formula) {
       ImGui::TableNextRow();
       ImGui::TableSetColumnIndex(0);
       ImGui::PushStyleColor(ImGuiCol_Text, color);
       ImGui::TextUnformatted(name);
       ImGui::PopStyleColor();
-      ImGui::TableSetColumnIndex(1);
-      ImGui::TextUnformatted(bytes_text(r).c_str());
-      ImGui::TableSetColumnIndex(2);
-      ImGui::TextUnformatted(bytes_text(w).c_str());
-      ImGui::TableSetColumnIndex(3);
-      ImGui::TextUnformatted(bytes_text(run_r).c_str());
-      ImGui::TableSetColumnIndex(4);
-      ImGui::TextUnformatted(bytes_text(run_w).c_str());
+      int column = 1;
+      auto cell = [&](std::int64_t bytes) {
+        ImGui::TableSetColumnIndex(column++);
+        ImGui::TextUnformatted(bytes_text(bytes).c_str());
+      };
+      if (compact) {
+        cell(now.hbm_read_bytes + now.hbm_write_bytes);
+        cell(run.hbm_read_bytes + run.hbm_write_bytes);
+      } else {
+        cell(now.hbm_read_bytes), cell(now.hbm_write_bytes), cell(run.hbm_read_bytes), cell(run.hbm_write_bytes);
+      }
       if (closed && formula) {
-        ImGui::TableSetColumnIndex(5);
-        const bool match = formula->hbm_read_bytes == run_r && formula->hbm_write_bytes == run_w;
-        ImGui::TextColored(match ? ImVec4(0.5f, 0.9f, 0.5f, 1) : ImVec4(1, 0.4f, 0.4f, 1), "%s / %s %s",
-                           bytes_text(formula->hbm_read_bytes).c_str(), bytes_text(formula->hbm_write_bytes).c_str(),
-                           match ? "(=)" : "(differs)");
+        ImGui::TableSetColumnIndex(column);
+        const bool match = formula->hbm_read_bytes == run.hbm_read_bytes && formula->hbm_write_bytes == run.hbm_write_bytes;
+        const ImVec4 colour = match ? ImVec4(0.5f, 0.9f, 0.5f, 1) : ImVec4(1, 0.4f, 0.4f, 1);
+        if (compact) {
+          ImGui::TextColored(colour, "%s %s", bytes_text(formula->hbm_read_bytes + formula->hbm_write_bytes).c_str(),
+                             match ? "(=)" : "(differs)");
+        } else {
+          ImGui::TextColored(colour, "%s / %s %s", bytes_text(formula->hbm_read_bytes).c_str(),
+                             bytes_text(formula->hbm_write_bytes).c_str(), match ? "(=)" : "(differs)");
+        }
       }
     };
-    TensorTraffic formula_total;
+    TensorTraffic now_total, run_total, formula_total;
     for (int t = 0; t < kTensorCount; ++t) {
       const TensorId id = static_cast<TensorId>(t);
       const TensorTraffic& run = end[id];
       const TensorTraffic* formula = closed ? &lane.closed_form->tensor[t] : nullptr;
+      now_total.hbm_read_bytes += state[id].hbm_read_bytes, now_total.hbm_write_bytes += state[id].hbm_write_bytes;
+      run_total.hbm_read_bytes += run.hbm_read_bytes, run_total.hbm_write_bytes += run.hbm_write_bytes;
       if (formula) formula_total.hbm_read_bytes += formula->hbm_read_bytes, formula_total.hbm_write_bytes += formula->hbm_write_bytes;
       if (run.hbm_read_bytes + run.hbm_write_bytes == 0 && !(formula && formula->hbm_read_bytes + formula->hbm_write_bytes))
         continue;
-      row(to_string(id), tensor_color(id), state[id].hbm_read_bytes, state[id].hbm_write_bytes, run.hbm_read_bytes,
-          run.hbm_write_bytes, formula);
+      row(to_string(id), tensor_color(id), state[id], run, formula);
     }
-    row("total", IM_COL32(230, 230, 230, 255), state.hbm_read_bytes(), state.hbm_write_bytes(), end.hbm_read_bytes(),
-        end.hbm_write_bytes(), closed ? &formula_total : nullptr);
+    row("total", IM_COL32(230, 230, 230, 255), now_total, run_total, closed ? &formula_total : nullptr);
     ImGui::EndTable();
   }
   if (lane.counted) {
-    ImGui::Text("Whole run: %.3g matmul FLOPs, %.3g exponentials, %.3g other FLOPs; SRAM peak %s",
+    ImGui::TextWrapped("Whole run: %.3g matmul FLOPs, %.3g exponentials, %.3g other FLOPs; SRAM peak %s",
                 double(lane.counted->matmul_flops), double(lane.counted->exponentials), double(lane.counted->other_flops),
                 bytes_text(lane.counted->sram_peak_bytes).c_str());
   }
@@ -901,6 +917,10 @@ void ShowPseudocode(Lane& lane, const char* title, bool* open) {
     ImGui::PushTextWrapPos(0.0f);
     ImGui::TextUnformatted(text.c_str());
     ImGui::PopTextWrapPos();
+    if (current && lane.scrolled_to_line != line.number) {  // keep the current line in view
+      ImGui::SetScrollHereY(0.5f);
+      lane.scrolled_to_line = line.number;
+    }
   }
   ImGui::End();
 }

@@ -33,7 +33,7 @@ namespace {
 
 std::string too_large(const std::string& what, const std::string& detail) {
   return what + " is too large to animate (" + detail +
-         "); count it shape-only with the sweep instead, e.g. `flashlab sweep --schedules fa2 --n 4096,16384`";
+         "); count it shape-only with the sweep instead (`flashlab sweep`), which keeps no events";
 }
 
 }  // namespace
