@@ -149,7 +149,8 @@ void fa1_initialize_block(Memory& mem, const Fa1HbmState& state, Range rows, int
 }
 
 // Lines 8-13: one inner step, query block `rows` against the key/value block k, v already in SRAM.
-// On the last visit of a query block O_i goes to the output (problem dtype) with its LSE.
+// On the last visit of a query block O_i goes to the output (problem dtype) with its LSE. The
+// comments give Algorithm 1's line numbers; the trace marks the caller's (`line`).
 template <class Memory>
 void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x, const Fa1HbmState& state,
                     const Tile& k, const Tile& v, Range rows, bool last_visit, const Fa1Lines& line) {

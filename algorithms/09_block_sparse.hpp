@@ -1,6 +1,6 @@
 // Block-sparse FlashAttention forward pass (Dao et al. 2022, Algorithm 5).
 //
-// FA1 Algorithm 2 with a block mask M~ in {0, 1}^{Tr x Tc}: the inner step (lines 10-17, the same
+// FA1 Algorithm 2 with a block mask M~ in {0, 1}^{Tr x Tc}: the inner step (lines 9-16, the same
 // code as 03_fa1_forward.hpp) runs only for the blocks with M~_ij != 0, so the IO and the FLOPs
 // scale with the fraction s of kept blocks (FA1 Proposition 4: Theta(Nd + N^2 d^2 M^-1 s)).
 //
@@ -8,14 +8,14 @@
 // HeadProblem::coverage is not empty. That includes problem.block_sparsity (whose granularity may
 // differ from the tiling; with block_sparse_tiling() the tiles are exactly its blocks) and treats
 // causal and sliding-window masks as the block masks they also are. Kept tiles that are only
-// partly visible are masked element-wise (line 12).
+// partly visible are masked element-wise (line 11).
 //
 // Two consequences of skipping, each handled where the paper is silent:
-//  - K_j and V_j are loaded (line 7) only when column j has a kept block, so nothing of a
+//  - K_j and V_j are loaded (line 6) only when column j has a kept block, so nothing of a
 //    skipped column is read.
 //  - A query block's last visit is its last kept block: that step writes O_i in the problem's
 //    dtype and LSE (03's precision note). A query block with no kept block at all gets its final
-//    O_i = 0 and LSE = -inf in line 3 and is never touched again.
+//    O_i = 0 and LSE = -inf in line 2 and is never touched again.
 #pragma once
 
 #include <algorithm>
@@ -27,9 +27,10 @@
 
 namespace flashlab {
 
-// FA1 Algorithm 5 numbers: 3 initialise, 7 load K_j V_j, 9 "if M_ij != 0", 10 load Q_i O_i l_i m_i,
-// 11 S_ij, 12 MASK, 13 m~ P~ l~, 14 m_new l_new, 15 dropout, 16 write O_i, 17 write l_i m_i, 21 return.
-inline constexpr Fa1Lines kFa1Algorithm5Lines{3, 7, 10, 11, 12, 13, 14, 15, 16, 17, 21};
+// FA1 Algorithm 5 numbers (its block sizes are an input, not a line): 2 initialise O, l, m,
+// 6 load K_j V_j, 8 "if M_ij != 0", 9 load Q_i O_i l_i m_i, 10 S_ij, 11 MASK, 12 m~ P~ l~,
+// 13 m_new l_new, 14 dropout, 15 write O_i, 16 write l_i m_i, 20 return.
+inline constexpr Fa1Lines kFa1Algorithm5Lines{2, 6, 9, 10, 11, 12, 13, 14, 15, 16, 20};
 
 // Tiles equal to the problem's sparsity blocks (the paper's M~ at the granularity Br x Bc), or
 // `fallback` when the problem has no block sparsity.
@@ -40,10 +41,10 @@ inline Fa1Tiling block_sparse_tiling(const Problem& problem, Fa1Tiling fallback 
 
 template <class Memory>
 void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
-  tiling.validate();  // line 1
+  tiling.validate();  // the block sizes Br, Bc (an input of Algorithm 5)
   const Fa1Lines& line = kFa1Algorithm5Lines;
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
-  const int row_blocks = (head.seqlen_q + Br - 1) / Br, col_blocks = (head.seqlen_k + Bc - 1) / Bc;  // lines 4-5
+  const int row_blocks = (head.seqlen_q + Br - 1) / Br, col_blocks = (head.seqlen_k + Bc - 1) / Bc;  // lines 3-4
   const auto row_block = [&](int i) { return Range{i * Br, std::min(Br, head.seqlen_q - i * Br)}; };
   const auto col_block = [&](int j) { return Range{j * Bc, std::min(Bc, head.seqlen_k - j * Bc)}; };
 
@@ -64,7 +65,7 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
   HbmScratch scratch(Memory::with_data);
   const Fa1HbmState state = fa1_hbm_state(scratch, head);
   mem.mark_line(line.initialize);
-  for (int i = 0; i < row_blocks; ++i) {  // line 3: O = 0, l = 0, m = -inf in HBM
+  for (int i = 0; i < row_blocks; ++i) {  // line 2: O = 0, l = 0, m = -inf in HBM
     if (last_kept_column[i] >= 0) {
       fa1_initialize_block(mem, state, row_block(i), head.head_dim_v);
     } else {  // no kept block: these are already the final outputs of a fully masked block
@@ -75,18 +76,18 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
     }
   }
 
-  for (int j = 0; j < col_blocks; ++j) {  // line 6: for 1 <= j <= Tc
+  for (int j = 0; j < col_blocks; ++j) {  // line 5: for 1 <= j <= Tc
     if (!column_has_kept[j]) continue;    // nothing of column j is needed: not even loaded
     mem.mark_line(line.load_key_value);
-    Tile k = mem.load(x.K, col_block(j));  // line 7: load K_j, V_j
+    Tile k = mem.load(x.K, col_block(j));  // line 6: load K_j, V_j
     Tile v = mem.load(x.V, col_block(j));
-    for (int i = 0; i < row_blocks; ++i) {  // line 8: for 1 <= i <= Tr
-      mem.mark_line(9);
-      if (!kept[static_cast<std::size_t>(i) * col_blocks + j]) continue;  // line 9: if M~_ij != 0
-      fa1_inner_step(mem, head, x, state, k, v, row_block(i), j == last_kept_column[i], line);  // 10-17
+    for (int i = 0; i < row_blocks; ++i) {  // line 7: for 1 <= i <= Tr
+      mem.mark_line(8);
+      if (!kept[static_cast<std::size_t>(i) * col_blocks + j]) continue;  // line 8: if M~_ij != 0
+      fa1_inner_step(mem, head, x, state, k, v, row_block(i), j == last_kept_column[i], line);  // 9-16
     }
   }
-  mem.mark_line(line.finish);  // line 21: return O, LSE
+  mem.mark_line(line.finish);  // line 20: return O, LSE
 }
 
 }  // namespace flashlab
