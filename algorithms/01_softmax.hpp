@@ -29,7 +29,8 @@ struct SoftmaxTiling {
   int block_cols = 64;  // elements of each row per block
 
   void validate() const {
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    if (block_cols < 1)
+      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
   }
 };
 
@@ -39,8 +40,9 @@ inline Range column_block(const HbmMatrix& x, int begin, int block_cols) {
 }
 inline void require_same_shape(const HbmMatrix& x, const HbmMatrix& y, int y_cols) {
   if (y.rows != x.rows || y.cols != y_cols) {
-    throw std::invalid_argument(std::string("softmax: ") + to_string(y.id) + " is " + std::to_string(y.rows) + " x " +
-                                std::to_string(y.cols) + "; allowed: " + std::to_string(x.rows) + " x " +
+    throw std::invalid_argument(std::string("softmax: ") + to_string(y.id) + " is " +
+                                std::to_string(y.rows) + " x " + std::to_string(y.cols) +
+                                "; allowed: " + std::to_string(x.rows) + " x " +
                                 std::to_string(y_cols));
   }
 }
@@ -48,12 +50,13 @@ inline void require_same_shape(const HbmMatrix& x, const HbmMatrix& y, int y_col
 
 // 1. The safe softmax in three passes (Milakov and Gimelshein 2018, Algorithm 2).
 template <class Memory>
-void softmax_three_pass(Memory& mem, const HbmMatrix& X, const HbmMatrix& Y, const SoftmaxTiling& tiling) {
+void softmax_three_pass(Memory& mem, const HbmMatrix& X, const HbmMatrix& Y,
+                        const SoftmaxTiling& tiling) {
   tiling.validate();
   softmax_detail::require_same_shape(X, Y, X.cols);
   const Range rows{0, X.rows};
   mem.mark_line(1);
-  Tile m = mem.vector(TensorId::m, rows, kNegInf);  // line 1: m_0 = -inf
+  Tile m = mem.vector(TensorId::m, rows, kNegInf);                   // line 1: m_0 = -inf
   for (int begin = 0; begin < X.cols; begin += tiling.block_cols) {  // line 2: first pass
     const Range cols = softmax_detail::column_block(X, begin, tiling.block_cols);
     mem.mark_line(3);
@@ -62,7 +65,7 @@ void softmax_three_pass(Memory& mem, const HbmMatrix& X, const HbmMatrix& Y, con
     mem.maximum(m, block_max);  // line 3: m_k = max(m_{k-1}, x_k)
   }
   mem.mark_line(5);
-  Tile d = mem.vector(TensorId::l, rows, 0.0f);  // line 5: d_0 = 0
+  Tile d = mem.vector(TensorId::l, rows, 0.0f);                      // line 5: d_0 = 0
   for (int begin = 0; begin < X.cols; begin += tiling.block_cols) {  // line 6: second pass
     const Range cols = softmax_detail::column_block(X, begin, tiling.block_cols);
     mem.mark_line(7);
@@ -84,14 +87,15 @@ void softmax_three_pass(Memory& mem, const HbmMatrix& X, const HbmMatrix& Y, con
 // 2. The online normalizer (Milakov and Gimelshein 2018, Algorithm 3): the max and the sum in one
 // pass, rescaling the sum by e^{m_{j-1} - m_j} whenever the max grows.
 template <class Memory>
-void softmax_online_normalizer(Memory& mem, const HbmMatrix& X, const HbmMatrix& Y, const SoftmaxTiling& tiling) {
+void softmax_online_normalizer(Memory& mem, const HbmMatrix& X, const HbmMatrix& Y,
+                               const SoftmaxTiling& tiling) {
   tiling.validate();
   softmax_detail::require_same_shape(X, Y, X.cols);
   const Range rows{0, X.rows};
   mem.mark_line(1);
   Tile m = mem.vector(TensorId::m, rows, kNegInf);  // line 1: m_0 = -inf
   mem.mark_line(2);
-  Tile d = mem.vector(TensorId::l, rows, 0.0f);  // line 2: d_0 = 0
+  Tile d = mem.vector(TensorId::l, rows, 0.0f);                      // line 2: d_0 = 0
   for (int begin = 0; begin < X.cols; begin += tiling.block_cols) {  // line 3: the one pass
     const Range cols = softmax_detail::column_block(X, begin, tiling.block_cols);
     mem.mark_line(4);
@@ -122,8 +126,9 @@ void softmax_online_normalizer(Memory& mem, const HbmMatrix& X, const HbmMatrix&
 // The lines are those of FA2 Algorithm 1 (online_softmax.hpp): 5 start, 9-10 update, 12 finish.
 // LSE, when given (X.rows x 1), receives each row's log-sum-exp.
 template <class Memory>
-void softmax_times_values_single_pass(Memory& mem, const HbmMatrix& X, const HbmMatrix& V, const HbmMatrix& Y,
-                                      const SoftmaxTiling& tiling, const HbmMatrix* LSE = nullptr) {
+void softmax_times_values_single_pass(Memory& mem, const HbmMatrix& X, const HbmMatrix& V,
+                                      const HbmMatrix& Y, const SoftmaxTiling& tiling,
+                                      const HbmMatrix* LSE = nullptr) {
   tiling.validate();
   if (V.rows != X.cols) {
     throw std::invalid_argument("softmax_times_values: V has " + std::to_string(V.rows) +

@@ -29,20 +29,27 @@ struct StandardTiling {
   int block_cols = 64;  // keys per block
 
   void validate() const {
-    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    if (block_rows < 1)
+      throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
+    if (block_cols < 1)
+      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
   }
 };
 
 template <class Memory>
-void standard_attention(Memory& mem, const HeadProblem& head, const StandardTiling& tiling, const HeadTensors& x) {
+void standard_attention(Memory& mem, const HeadProblem& head, const StandardTiling& tiling,
+                        const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   HbmScratch scratch(Memory::with_data);
   const HbmMatrix S = scratch.matrix(TensorId::S, head.dtype, head.seqlen_q, head.seqlen_k);
   const HbmMatrix P = scratch.matrix(TensorId::P, head.dtype, head.seqlen_q, head.seqlen_k);
-  const auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
-  const auto col_block = [&](int begin) { return Range{begin, std::min(Bc, head.seqlen_k - begin)}; };
+  const auto row_block = [&](int begin) {
+    return Range{begin, std::min(Br, head.seqlen_q - begin)};
+  };
+  const auto col_block = [&](int begin) {
+    return Range{begin, std::min(Bc, head.seqlen_k - begin)};
+  };
 
   // Line 1: load Q, K by blocks from HBM, compute S = QK^T (scaled, modified, masked), write S.
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {

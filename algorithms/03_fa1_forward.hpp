@@ -20,10 +20,10 @@
 //   Fa1Tiling::paper_rule(M, ...)   - line 1: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), with M
 //                                     in elements (M / element size). The rule budgets M/4 for each
 //                                     of K_j, V_j, Q_i, O_i and ignores the S_ij/P_ij tiles
-//                                     (Br x Bc each, up to M/4 elements) and l, m: run with an arena
-//                                     of exactly M bytes it overflows (a test shows it).
-//   Fa1Tiling::fitting_sram(M, ...) - the largest Bc (with Br = min(Bc, d), the paper's shape) whose
-//                                     working set, fa1_forward_sram_bytes(), is at most M bytes.
+//                                     (Br x Bc each, up to M/4 elements) and l, m: run with an
+//                                     arena of exactly M bytes it overflows (a test shows it).
+//   Fa1Tiling::fitting_sram(M, ...) - the largest Bc (with Br = min(Bc, d), the paper's shape)
+//                                     whose working set, fa1_forward_sram_bytes(), is <= M bytes.
 //                                     That function sums every tile the schedule holds at once,
 //                                     so the tiling fits by construction (a test checks the peak).
 #pragma once
@@ -42,8 +42,10 @@ struct Fa1Tiling {
   int block_cols = 64;  // Bc: keys per block
 
   void validate() const {
-    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    if (block_rows < 1)
+      throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
+    if (block_cols < 1)
+      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
   }
 
   // FA1 Algorithm 1, line 1, from the SRAM size in bytes.
@@ -55,9 +57,10 @@ struct Fa1Tiling {
 // The most SRAM fa1_forward (and the block-sparse variant) holds at once with full blocks: K_j and
 // V_j; Q_i, S_ij and P_ij in the problem's dtype; O_i loaded from its fp32 accumulator and the
 // product P_ij V_j; nine fp32 row vectors (l_i, m_i, m~_ij, l~_ij, m_new, l_new, the two
-// rescale factors, LSE). Nothing is released inside an inner step, so this is the exact peak when the
-// sequences are multiples of the block sizes, and an upper bound otherwise.
-inline std::int64_t fa1_forward_sram_bytes(const Fa1Tiling& tiling, int head_dim, int head_dim_v, DType dtype) {
+// rescale factors, LSE). Nothing is released inside an inner step, so this is the exact peak when
+// the sequences are multiples of the block sizes, and an upper bound otherwise.
+inline std::int64_t fa1_forward_sram_bytes(const Fa1Tiling& tiling, int head_dim, int head_dim_v,
+                                           DType dtype) {
   const std::int64_t Br = tiling.block_rows, Bc = tiling.block_cols, d = head_dim, dv = head_dim_v;
   const std::int64_t b = element_bytes(dtype), fp32 = 4;
   const std::int64_t key_value = Bc * (d + dv) * b;
@@ -68,22 +71,27 @@ inline std::int64_t fa1_forward_sram_bytes(const Fa1Tiling& tiling, int head_dim
 }
 
 inline Fa1Tiling Fa1Tiling::paper_rule(std::int64_t sram_bytes, int head_dim, DType dtype) {
-  if (head_dim < 1) throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
+  if (head_dim < 1)
+    throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
   const std::int64_t minimum = 4LL * head_dim * element_bytes(dtype);
   if (sram_bytes < minimum) {
-    throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) +
-                                " bytes is too small for FA1's block-size rule; allowed: M >= 4 * head_dim * " +
-                                std::to_string(element_bytes(dtype)) + " = " + std::to_string(minimum) + " bytes");
+    throw std::invalid_argument(
+        "SRAM size M = " + std::to_string(sram_bytes) +
+        " bytes is too small for FA1's block-size rule; allowed: M >= 4 * head_dim * " +
+        std::to_string(element_bytes(dtype)) + " = " + std::to_string(minimum) + " bytes");
   }
   const std::int64_t elements = sram_bytes / element_bytes(dtype);
   const std::int64_t Bc = (elements + 4LL * head_dim - 1) / (4LL * head_dim);  // ceil(M / 4d)
-  const std::int64_t Br = std::min<std::int64_t>(Bc, head_dim);                   // min(ceil(M / 4d), d)
+  const std::int64_t Br = std::min<std::int64_t>(Bc, head_dim);  // min(ceil(M / 4d), d)
   return {static_cast<int>(Br), static_cast<int>(Bc)};
 }
 
-inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, int head_dim_v, DType dtype) {
-  if (head_dim < 1) throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
-  if (head_dim_v < 1) throw std::invalid_argument("head_dim_v = " + std::to_string(head_dim_v) + "; allowed: >= 1");
+inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, int head_dim_v,
+                                         DType dtype) {
+  if (head_dim < 1)
+    throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
+  if (head_dim_v < 1)
+    throw std::invalid_argument("head_dim_v = " + std::to_string(head_dim_v) + "; allowed: >= 1");
   const auto tiling_for = [&](std::int64_t Bc) {
     return Fa1Tiling{static_cast<int>(std::min<std::int64_t>(Bc, head_dim)), static_cast<int>(Bc)};
   };
@@ -92,16 +100,20 @@ inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, 
   };
   const std::int64_t minimum = fa1_forward_sram_bytes({1, 1}, head_dim, head_dim_v, dtype);
   if (!fits(1)) {
-    throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) +
-                                " bytes is too small for FA1 forward with head_dim " + std::to_string(head_dim) +
-                                ", head_dim_v " + std::to_string(head_dim_v) + ", " + to_string(dtype) +
-                                "; allowed: M >= " + std::to_string(minimum) + " bytes (1 x 1 blocks)");
+    throw std::invalid_argument(
+        "SRAM size M = " + std::to_string(sram_bytes) +
+        " bytes is too small for FA1 forward with head_dim " + std::to_string(head_dim) +
+        ", head_dim_v " + std::to_string(head_dim_v) + ", " + to_string(dtype) +
+        "; allowed: M >= " + std::to_string(minimum) + " bytes (1 x 1 blocks)");
   }
   // The working set grows with Bc: binary search for the largest Bc that fits.
   std::int64_t low = 1, high = std::max<std::int64_t>(1, sram_bytes / element_bytes(dtype));
   while (low < high) {
     const std::int64_t middle = low + (high - low + 1) / 2;
-    if (fits(middle)) low = middle; else high = middle - 1;
+    if (fits(middle))
+      low = middle;
+    else
+      high = middle - 1;
   }
   return tiling_for(std::min<std::int64_t>(low, 1 << 30));
 }
@@ -110,17 +122,17 @@ inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, 
 // Pieces shared with FA1 Algorithm 5 (09_block_sparse.hpp), whose body is this one inside an
 // "if M_ij != 0". The two algorithms number their lines differently; each passes its own.
 struct Fa1Lines {
-  int initialize;      // O = 0, l = 0, m = -inf in HBM
-  int load_key_value;  // load K_j, V_j
+  int initialize;        // O = 0, l = 0, m = -inf in HBM
+  int load_key_value;    // load K_j, V_j
   int load_query_state;  // load Q_i, O_i, l_i, m_i
-  int scores;          // S_ij = tau Q_i K_j^T
-  int mask;            // S_ij^masked = MASK(S_ij)
+  int scores;            // S_ij = tau Q_i K_j^T
+  int mask;              // S_ij^masked = MASK(S_ij)
   int block_statistics;  // m~_ij, P~_ij, l~_ij
-  int new_statistics;  // m_i^new, l_i^new
-  int dropout;         // P~_ij^dropped
-  int write_output;    // O_i <- ...
+  int new_statistics;    // m_i^new, l_i^new
+  int dropout;           // P~_ij^dropped
+  int write_output;      // O_i <- ...
   int write_statistics;  // l_i <- l_i^new, m_i <- m_i^new
-  int finish;          // return
+  int finish;            // return
 };
 // FA1 Algorithm 1 has no mask and dropout lines (Algorithm 2 adds them as its lines 11 and 14):
 // they are shown at the lines they belong to, 9 and 12.
@@ -152,8 +164,9 @@ void fa1_initialize_block(Memory& mem, const Fa1HbmState& state, Range rows, int
 // On the last visit of a query block O_i goes to the output (problem dtype) with its LSE. The
 // comments give Algorithm 1's line numbers; the trace marks the caller's (`line`).
 template <class Memory>
-void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x, const Fa1HbmState& state,
-                    const Tile& k, const Tile& v, Range rows, bool last_visit, const Fa1Lines& line) {
+void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x,
+                    const Fa1HbmState& state, const Tile& k, const Tile& v, Range rows,
+                    bool last_visit, const Fa1Lines& line) {
   mem.mark_line(line.load_query_state);
   Tile q = mem.load(x.Q, rows);  // line 8: load Q_i, O_i, l_i, m_i from HBM to SRAM
   Tile o = mem.load(state.O_accumulator, rows);
@@ -168,16 +181,16 @@ void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x, 
     mem.apply_score_mods(s, head);  // Algorithm 2, line 11: softcap, ALiBi, MASK
   }
 
-  mem.mark_line(line.block_statistics);  // line 10:
+  mem.mark_line(line.block_statistics);                 // line 10:
   Tile m_block = mem.row_max(TensorId::m, s);           //   m~_ij = rowmax(S_ij)
   Tile p = mem.exp_minus_row(TensorId::P, s, m_block);  //   P~_ij = exp(S_ij - m~_ij)
   Tile l_block = mem.row_sum(TensorId::l, p);           //   l~_ij = rowsum(P~_ij)
 
   mem.mark_line(line.new_statistics);  // line 11:
   Tile m_new = mem.copy(TensorId::m, m);
-  mem.maximum(m_new, m_block);                                        //   m_new = max(m_i, m~_ij)
-  Tile old_scale = mem.exp_difference(TensorId::m, m, m_new);         //   e^{m_i - m_new}
-  Tile block_scale = mem.exp_difference(TensorId::m, m_block, m_new); //   e^{m~_ij - m_new}
+  mem.maximum(m_new, m_block);                                         //   m_new = max(m_i, m~_ij)
+  Tile old_scale = mem.exp_difference(TensorId::m, m, m_new);          //   e^{m_i - m_new}
+  Tile block_scale = mem.exp_difference(TensorId::m, m_block, m_new);  //   e^{m~_ij - m_new}
   Tile l_new = mem.copy(TensorId::l, l);
   mem.scale_rows(l_new, old_scale);
   mem.scale_rows(l_block, block_scale);
@@ -188,11 +201,11 @@ void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x, 
 
   mem.mark_line(line.write_output);  // line 12:
   Tile pv = mem.matmul_nn(TensorId::O, p, v);
-  mem.scale_rows(o, l);            //   diag(l_i) O_i: undo the last normalisation
-  mem.scale_rows(o, old_scale);    //   ... e^{m_i - m_new}
-  mem.scale_rows(pv, block_scale); //   + e^{m~_ij - m_new} P~_ij V_j
+  mem.scale_rows(o, l);             //   diag(l_i) O_i: undo the last normalisation
+  mem.scale_rows(o, old_scale);     //   ... e^{m_i - m_new}
+  mem.scale_rows(pv, block_scale);  //   + e^{m~_ij - m_new} P~_ij V_j
   mem.add(o, pv);
-  mem.divide_rows(o, l_new);       //   diag(l_new)^-1 (...); l_new = 0 (nothing visible yet) gives 0
+  mem.divide_rows(o, l_new);  //   diag(l_new)^-1 (...); l_new = 0 (nothing visible yet) gives 0
   mem.store(last_visit ? x.O : state.O_accumulator, rows, o);  //   write O_i to HBM
 
   mem.mark_line(line.write_statistics);  // line 13: write l_i <- l_new, m_i <- m_new to HBM
@@ -208,14 +221,19 @@ void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x, 
 // ---------------------------------------------------------------------------------------------
 // FA1 Algorithm 1.
 template <class Memory>
-void fa1_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
+void fa1_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
+                 const HeadTensors& x) {
   tiling.validate();  // line 1: block sizes (given, or from Fa1Tiling::paper_rule / fitting_sram)
   const Fa1Lines& line = kFa1Algorithm1Lines;
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   // Lines 3-4: Q, O, l, m in Tr blocks of Br rows; K, V in Tc blocks of Bc rows (the last
   // block of each is shorter when Br or Bc does not divide the sequence).
-  const auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
-  const auto col_block = [&](int begin) { return Range{begin, std::min(Bc, head.seqlen_k - begin)}; };
+  const auto row_block = [&](int begin) {
+    return Range{begin, std::min(Br, head.seqlen_q - begin)};
+  };
+  const auto col_block = [&](int begin) {
+    return Range{begin, std::min(Bc, head.seqlen_k - begin)};
+  };
   const int last_col_begin = (head.seqlen_k - 1) / Bc * Bc;
 
   HbmScratch scratch(Memory::with_data);
@@ -229,8 +247,10 @@ void fa1_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, 
     mem.mark_line(line.load_key_value);
     Tile k = mem.load(x.K, col_block(col_begin));  // line 6: load K_j, V_j from HBM to SRAM
     Tile v = mem.load(x.V, col_block(col_begin));
-    for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {  // line 7: for 1 <= i <= Tr
-      fa1_inner_step(mem, head, x, state, k, v, row_block(row_begin), col_begin == last_col_begin, line);  // 8-13
+    for (int row_begin = 0; row_begin < head.seqlen_q;
+         row_begin += Br) {  // line 7: for 1 <= i <= Tr
+      fa1_inner_step(mem, head, x, state, k, v, row_block(row_begin), col_begin == last_col_begin,
+                     line);  // 8-13
     }
   }
   mem.mark_line(line.finish);  // line 16: return O (and LSE)

@@ -26,7 +26,8 @@
 //   7    O_c = diag(l)^-1 O, LSE_c = m + log(l); write both to HBM
 //   8  for each query row r (the combine)
 //   9    load LSE_partial[r, :] and O_partial[r, :, :]
-//  10    one online softmax update: m = max_c LSE_c, l = sum_c e^{LSE_c - m}, O = sum_c e^{LSE_c - m} O_c
+//  10    one online softmax update: m = max_c LSE_c, l = sum_c e^{LSE_c - m},
+//          O = sum_c e^{LSE_c - m} O_c
 //  11    write O_r = diag(l)^-1 O and LSE_r = m + log(l)
 //
 // HBM scratch: O_partial is [seqlen_q, chunks, head_dim_v] and LSE_partial [seqlen_q, chunks],
@@ -43,19 +44,23 @@
 namespace flashlab {
 
 struct SplitKvTiling {
-  int block_rows = 64;    // query rows per block (decode: the whole query)
-  int block_cols = 64;    // keys per block inside a chunk
-  int num_splits = 4;     // chunks of the KV sequence, used when split_length is 0
-  int split_length = 0;   // keys per chunk; 0: ceil(seqlen_k / num_splits)
+  int block_rows = 64;   // query rows per block (decode: the whole query)
+  int block_cols = 64;   // keys per block inside a chunk
+  int num_splits = 4;    // chunks of the KV sequence, used when split_length is 0
+  int split_length = 0;  // keys per chunk; 0: ceil(seqlen_k / num_splits)
 
   void validate() const {
-    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    if (block_rows < 1)
+      throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
+    if (block_cols < 1)
+      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
     if (split_length < 0) {
-      throw std::invalid_argument("split_length = " + std::to_string(split_length) + "; allowed: >= 1, or 0 to use num_splits");
+      throw std::invalid_argument("split_length = " + std::to_string(split_length) +
+                                  "; allowed: >= 1, or 0 to use num_splits");
     }
     if (split_length == 0 && num_splits < 1) {
-      throw std::invalid_argument("num_splits = " + std::to_string(num_splits) + "; allowed: >= 1 (or give split_length >= 1)");
+      throw std::invalid_argument("num_splits = " + std::to_string(num_splits) +
+                                  "; allowed: >= 1 (or give split_length >= 1)");
     }
   }
   int chunk_length(int seqlen_k) const {
@@ -79,17 +84,22 @@ inline HbmMatrix every_nth_row(const HbmMatrix& m, int first_row, int step) {
 }  // namespace split_kv_detail
 
 template <class Memory>
-void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling, const HeadTensors& x) {
+void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling,
+                      const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols, dv = head.head_dim_v;
-  const int chunk_length = tiling.chunk_length(head.seqlen_k), chunks = tiling.chunk_count(head.seqlen_k);
+  const int chunk_length = tiling.chunk_length(head.seqlen_k);
+  const int chunks = tiling.chunk_count(head.seqlen_k);
   HbmScratch scratch(Memory::with_data);
-  const HbmMatrix O_partial = scratch.matrix(TensorId::O_partial, DType::fp32, head.seqlen_q * chunks, dv);
-  const HbmMatrix LSE_partial = scratch.matrix(TensorId::LSE_partial, DType::fp32, head.seqlen_q, chunks);
+  const HbmMatrix O_partial =
+      scratch.matrix(TensorId::O_partial, DType::fp32, head.seqlen_q * chunks, dv);
+  const HbmMatrix LSE_partial =
+      scratch.matrix(TensorId::LSE_partial, DType::fp32, head.seqlen_q, chunks);
 
   // Phase 1: every (chunk, query block) independently, FA2 Algorithm 1 restricted to the chunk.
   for (int chunk = 0; chunk < chunks; ++chunk) {  // line 1
-    const int chunk_begin = chunk * chunk_length, chunk_end = std::min(head.seqlen_k, chunk_begin + chunk_length);
+    const int chunk_begin = chunk * chunk_length;
+    const int chunk_end = std::min(head.seqlen_k, chunk_begin + chunk_length);
     const HbmMatrix O_chunk = split_kv_detail::every_nth_row(O_partial, chunk, chunks);
     for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
       const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
@@ -98,7 +108,8 @@ void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling&
       SoftmaxState state = start_softmax_state(mem, rows, dv);
       const auto [first_key, last_key] = head.visible_key_range(rows.begin, rows.end());
       const int first = std::max(first_key, chunk_begin), last = std::min(last_key, chunk_end);
-      for (int col_begin = first - (first - chunk_begin) % Bc; col_begin < last; col_begin += Bc) {  // line 3
+      const int first_block = first - (first - chunk_begin) % Bc;  // blocks start at chunk_begin
+      for (int col_begin = first_block; col_begin < last; col_begin += Bc) {  // line 3
         const Range cols{col_begin, std::min(Bc, chunk_end - col_begin)};
         const auto coverage = head.coverage(rows.begin, rows.end(), cols.begin, cols.end());
         if (coverage == HeadProblem::BlockCoverage::empty) continue;  // skipped, not masked
@@ -107,7 +118,8 @@ void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling&
         Tile v = mem.load(x.V, cols);
         mem.mark_line(5);
         Tile s = mem.matmul_nt(TensorId::S, q, k, head.scale);  // line 5
-        if (coverage == HeadProblem::BlockCoverage::partial || head.modifies_scores()) mem.apply_score_mods(s, head);
+        if (coverage == HeadProblem::BlockCoverage::partial || head.modifies_scores())
+          mem.apply_score_mods(s, head);
         mem.mark_line(6);
         online_softmax_update(mem, state, s, v, head);  // line 6 (FA2 Algorithm 1, lines 9-10)
       }
@@ -120,7 +132,7 @@ void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling&
 
   // Phase 2: the combine. Row r's chunk LSEs act as scores, its partial outputs as values.
   HeadProblem combine = head;
-  combine.dropout.probability = 0.0f;  // dropout was applied in phase 1
+  combine.dropout.probability = 0.0f;              // dropout was applied in phase 1
   for (int row = 0; row < head.seqlen_q; ++row) {  // line 8
     const Range rows{row, 1};
     mem.mark_line(9);

@@ -40,11 +40,13 @@ inline Fa1Tiling block_sparse_tiling(const Problem& problem, Fa1Tiling fallback 
 }
 
 template <class Memory>
-void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
+void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
+                              const HeadTensors& x) {
   tiling.validate();  // the block sizes Br, Bc (an input of Algorithm 5)
   const Fa1Lines& line = kFa1Algorithm5Lines;
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
-  const int row_blocks = (head.seqlen_q + Br - 1) / Br, col_blocks = (head.seqlen_k + Bc - 1) / Bc;  // lines 3-4
+  const int row_blocks = (head.seqlen_q + Br - 1) / Br,
+            col_blocks = (head.seqlen_k + Bc - 1) / Bc;  // lines 3-4
   const auto row_block = [&](int i) { return Range{i * Br, std::min(Br, head.seqlen_q - i * Br)}; };
   const auto col_block = [&](int j) { return Range{j * Bc, std::min(Bc, head.seqlen_k - j * Bc)}; };
 
@@ -56,7 +58,8 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
   for (int i = 0; i < row_blocks; ++i) {
     for (int j = 0; j < col_blocks; ++j) {
       const Range rows = row_block(i), cols = col_block(j);
-      const bool keep = head.coverage(rows.begin, rows.end(), cols.begin, cols.end()) != HeadProblem::BlockCoverage::empty;
+      const bool keep = head.coverage(rows.begin, rows.end(), cols.begin, cols.end()) !=
+                        HeadProblem::BlockCoverage::empty;
       kept[static_cast<std::size_t>(i) * col_blocks + j] = keep;
       if (keep) column_has_kept[j] = 1, last_kept_column[i] = j;
     }
@@ -84,7 +87,8 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
     for (int i = 0; i < row_blocks; ++i) {  // line 7: for 1 <= i <= Tr
       mem.mark_line(8);
       if (!kept[static_cast<std::size_t>(i) * col_blocks + j]) continue;  // line 8: if M~_ij != 0
-      fa1_inner_step(mem, head, x, state, k, v, row_block(i), j == last_kept_column[i], line);  // 9-16
+      fa1_inner_step(mem, head, x, state, k, v, row_block(i), j == last_kept_column[i],
+                     line);  // 9-16
     }
   }
   mem.mark_line(line.finish);  // line 20: return O, LSE

@@ -29,7 +29,8 @@ namespace {
 // the double oracle is float rounding only.
 constexpr double kFp32Tolerance = 1e-4;
 
-Problem make_problem(int seqlen_q, int seqlen_k, int head_dim, int batch = 1, int heads_q = 1, int heads_kv = 1) {
+Problem make_problem(int seqlen_q, int seqlen_k, int head_dim, int batch = 1, int heads_q = 1,
+                     int heads_kv = 1) {
   Problem problem;
   problem.batch = batch;
   problem.heads_q = heads_q;
@@ -51,7 +52,8 @@ int check_fully_masked_rows(const AttentionTensors& tensors, const OracleResult&
       INFO("fully masked row " << r << ", head " << h);
       CHECK(tensors.LSE.at(r, h, 0) == -INFINITY);
       for (int c = 0; c < tensors.O.dim; ++c) {
-        if (tensors.O.at(r, h, c) != 0.0f) FAIL_CHECK("O(" << r << ", " << h << ", " << c << ") = " << tensors.O.at(r, h, c));
+        if (tensors.O.at(r, h, c) != 0.0f)
+          FAIL_CHECK("O(" << r << ", " << h << ", " << c << ") = " << tensors.O.at(r, h, c));
       }
     }
   }
@@ -71,8 +73,9 @@ int check_all_against_oracle(const Problem& problem, ForwardBlocks blocks = {}) 
     testing::run_forward(schedule, problem, tensors, blocks);
     const auto o_error = reference::compare(tensors.O, oracle.O);
     const auto lse_error = reference::compare(tensors.LSE, oracle.LSE);
-    INFO(testing::name(schedule) << ": " << reference::describe(problem) << ", blocks " << blocks.rows << " x "
-                                 << blocks.cols << ", splits " << blocks.num_splits << ", seed " << seed);
+    INFO(testing::name(schedule) << ": " << reference::describe(problem) << ", blocks "
+                                 << blocks.rows << " x " << blocks.cols << ", splits "
+                                 << blocks.num_splits << ", seed " << seed);
     INFO(o_error.describe("O") << "\n" << lse_error.describe("LSE"));
     CHECK(o_error.nan_count == 0);
     CHECK(lse_error.nan_count == 0);
@@ -85,7 +88,8 @@ int check_all_against_oracle(const Problem& problem, ForwardBlocks blocks = {}) 
 
 // A random block mask of the given granularity (about 60% kept), plus one query block row and one
 // key block column with nothing kept, so that some rows are fully masked.
-BlockSparsity random_block_sparsity(const Problem& problem, int block_rows, int block_cols, std::uint64_t seed) {
+BlockSparsity random_block_sparsity(const Problem& problem, int block_rows, int block_cols,
+                                    std::uint64_t seed) {
   BlockSparsity sparsity;
   sparsity.block_rows = block_rows;
   sparsity.block_cols = block_cols;
@@ -96,9 +100,11 @@ BlockSparsity random_block_sparsity(const Problem& problem, int block_rows, int 
   for (int r = 0; r < sparsity.row_blocks; ++r)
     for (int c = 0; c < sparsity.col_blocks; ++c) sparsity.keep.push_back(keep(rng) ? 1 : 0);
   const int empty_row = sparsity.row_blocks / 2, empty_col = sparsity.col_blocks / 2;
-  for (int c = 0; c < sparsity.col_blocks; ++c) sparsity.keep[static_cast<std::size_t>(empty_row) * sparsity.col_blocks + c] = 0;
+  for (int c = 0; c < sparsity.col_blocks; ++c)
+    sparsity.keep[static_cast<std::size_t>(empty_row) * sparsity.col_blocks + c] = 0;
   if (sparsity.col_blocks > 1)
-    for (int r = 0; r < sparsity.row_blocks; ++r) sparsity.keep[static_cast<std::size_t>(r) * sparsity.col_blocks + empty_col] = 0;
+    for (int r = 0; r < sparsity.row_blocks; ++r)
+      sparsity.keep[static_cast<std::size_t>(r) * sparsity.col_blocks + empty_col] = 0;
   return sparsity;
 }
 
@@ -123,21 +129,29 @@ struct MaskCase {
 std::vector<MaskCase> mask_cases() {
   return {
       {"no mask", [](Problem&) {}},
-      {"causal top-left", [](Problem& p) { p.mask.causal = true, p.mask.alignment = CausalAlignment::top_left; }},
-      {"causal bottom-right", [](Problem& p) { p.mask.causal = true, p.mask.alignment = CausalAlignment::bottom_right; }},
-      {"sliding window (17, 0) causal", [](Problem& p) { p.mask.causal = true, set_window(p, 17, 0); }},
+      {"causal top-left",
+       [](Problem& p) { p.mask.causal = true, p.mask.alignment = CausalAlignment::top_left; }},
+      {"causal bottom-right",
+       [](Problem& p) { p.mask.causal = true, p.mask.alignment = CausalAlignment::bottom_right; }},
+      {"sliding window (17, 0) causal",
+       [](Problem& p) { p.mask.causal = true, set_window(p, 17, 0); }},
       {"sliding window (5, 9)", [](Problem& p) { set_window(p, 5, 9); }},
-      {"sliding window (-1, 3) top-left", [](Problem& p) {
-         set_window(p, -1, 3), p.mask.alignment = CausalAlignment::top_left;
-       }},
-      {"sliding window (0, 0)", [](Problem& p) { p.mask.window_left = 0, p.mask.window_right = 0; }},
+      {"sliding window (-1, 3) top-left",
+       [](Problem& p) { set_window(p, -1, 3), p.mask.alignment = CausalAlignment::top_left; }},
+      {"sliding window (0, 0)",
+       [](Problem& p) { p.mask.window_left = 0, p.mask.window_right = 0; }},
       {"ALiBi", [](Problem& p) { p.alibi_slopes = alibi_slopes(p.heads_q); }},
       {"softcap", [](Problem& p) { p.softcap = 1.5f; }},
-      {"causal + ALiBi + softcap", [](Problem& p) {
+      {"causal + ALiBi + softcap",
+       [](Problem& p) {
          p.mask.causal = true, p.alibi_slopes = alibi_slopes(p.heads_q), p.softcap = 2.0f;
        }},
-      {"block-sparse 32 x 24", [](Problem& p) { p.block_sparsity = random_block_sparsity(p, 32, 24, reference::fresh_seed()); }},
-      {"block-sparse 48 x 40 + causal", [](Problem& p) {
+      {"block-sparse 32 x 24",
+       [](Problem& p) {
+         p.block_sparsity = random_block_sparsity(p, 32, 24, reference::fresh_seed());
+       }},
+      {"block-sparse 48 x 40 + causal",
+       [](Problem& p) {
          p.block_sparsity = random_block_sparsity(p, 48, 40, reference::fresh_seed());
          p.mask.causal = true;
        }},
@@ -148,7 +162,8 @@ std::vector<MaskCase> mask_cases() {
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("every forward schedule matches the oracle on the official odd shapes", "[forward][oracle]") {
+TEST_CASE("every forward schedule matches the oracle on the official odd shapes",
+          "[forward][oracle]") {
   struct ShapeCase {
     int seqlen_q, seqlen_k, head_dim, head_dim_v, batch, heads_q, heads_kv;
   };
@@ -166,14 +181,16 @@ TEST_CASE("every forward schedule matches the oracle on the official odd shapes"
       {799, 3, 128, 59, 1, 2, 1},
   }));
   const bool causal = GENERATE(false, true);
-  Problem problem = make_problem(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.batch, shape.heads_q, shape.heads_kv);
+  Problem problem = make_problem(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.batch,
+                                 shape.heads_q, shape.heads_kv);
   problem.head_dim_v = shape.head_dim_v;
   problem.mask.causal = causal;
   check_all_against_oracle(problem);
 }
 
-TEST_CASE("every forward schedule handles head dims 40..128, head_dim_v != head_dim, MHA, GQA and MQA",
-          "[forward][oracle]") {
+TEST_CASE(
+    "every forward schedule handles head dims 40..128, head_dim_v != head_dim, MHA, GQA and MQA",
+    "[forward][oracle]") {
   const int head_dim = GENERATE(40, 59, 96, 111, 128);
   const int head_dim_v = GENERATE_COPY(head_dim, 72);
   const auto [heads_q, heads_kv] = GENERATE(table<int, int>({{3, 3}, {6, 2}, {4, 1}}));
@@ -183,7 +200,8 @@ TEST_CASE("every forward schedule handles head dims 40..128, head_dim_v != head_
 }
 
 TEST_CASE("every forward schedule handles every mask kind", "[forward][oracle][mask]") {
-  const auto [seqlen_q, seqlen_k] = GENERATE(table<int, int>({{113, 203}, {203, 113}, {239, 1}, {799, 3}, {1, 1}}));
+  const auto [seqlen_q, seqlen_k] =
+      GENERATE(table<int, int>({{113, 203}, {203, 113}, {239, 1}, {799, 3}, {1, 1}}));
   const std::vector<MaskCase> cases = mask_cases();
   const std::size_t which = GENERATE(range<std::size_t>(0, 12));
   REQUIRE(which < cases.size());
@@ -200,10 +218,13 @@ TEST_CASE("fully masked rows give O = 0 and LSE = -inf, never NaN", "[forward][m
     std::function<void(Problem&)> apply;
   };
   const std::vector<Case> cases = {
-      {"causal bottom-right, seqlen_q > seqlen_k", 239, 1, [](Problem& p) { p.mask.causal = true; }},
+      {"causal bottom-right, seqlen_q > seqlen_k", 239, 1,
+       [](Problem& p) { p.mask.causal = true; }},
       {"causal bottom-right, (799, 3)", 799, 3, [](Problem& p) { p.mask.causal = true; }},
-      {"window beyond the keys", 113, 50, [](Problem& p) { p.mask.window_left = 3, p.mask.window_right = 0; }},
-      {"block-sparse empty block row", 113, 203, [](Problem& p) { p.block_sparsity = random_block_sparsity(p, 32, 24, 7); }},
+      {"window beyond the keys", 113, 50,
+       [](Problem& p) { p.mask.window_left = 3, p.mask.window_right = 0; }},
+      {"block-sparse empty block row", 113, 203,
+       [](Problem& p) { p.block_sparsity = random_block_sparsity(p, 32, 24, 7); }},
   };
   const std::size_t which = GENERATE(range<std::size_t>(0, 4));
   Problem problem = make_problem(cases[which].seqlen_q, cases[which].seqlen_k, 40, 1, 2, 2);
@@ -233,14 +254,17 @@ TEST_CASE("every forward schedule applies the oracle's dropout", "[forward][orac
   check_all_against_oracle(problem);
 }
 
-TEST_CASE("split-KV decoding matches the oracle for decode shapes and any split", "[forward][oracle][split_kv]") {
+TEST_CASE("split-KV decoding matches the oracle for decode shapes and any split",
+          "[forward][oracle][split_kv]") {
   const int seqlen_q = GENERATE(1, 2, 5);
   const int seqlen_k = GENERATE(1, 203, 1024);
-  const auto [num_splits, split_length] = GENERATE(table<int, int>({{1, 0}, {3, 0}, {7, 0}, {128, 0}, {0, 100}, {0, 64}}));
+  const auto [num_splits, split_length] =
+      GENERATE(table<int, int>({{1, 0}, {3, 0}, {7, 0}, {128, 0}, {0, 100}, {0, 64}}));
   const int mask_kind = GENERATE(0, 1, 2);
   Problem problem = make_problem(seqlen_q, seqlen_k, 128, 1, 8, 2);
   if (mask_kind == 1) problem.mask.causal = true;
-  if (mask_kind == 2) problem.mask.window_left = std::min(100, seqlen_k), problem.alibi_slopes = alibi_slopes(8);
+  if (mask_kind == 2)
+    problem.mask.window_left = std::min(100, seqlen_k), problem.alibi_slopes = alibi_slopes(8);
   const auto seed = reference::fresh_seed();
   AttentionTensors tensors = reference::random_inputs(problem, seed, false);
   const OracleResult oracle = oracle_attention(problem, tensors);
@@ -248,15 +272,18 @@ TEST_CASE("split-KV decoding matches the oracle for decode shapes and any split"
   testing::run_forward(ForwardSchedule::split_kv, problem, tensors, blocks);
   const auto o_error = reference::compare(tensors.O, oracle.O);
   const auto lse_error = reference::compare(tensors.LSE, oracle.LSE);
-  INFO(reference::describe(problem) << ", splits " << num_splits << ", split length " << split_length << ", seed " << seed);
+  INFO(reference::describe(problem)
+       << ", splits " << num_splits << ", split length " << split_length << ", seed " << seed);
   INFO(o_error.describe("O") << "\n" << lse_error.describe("LSE"));
   CHECK(o_error.max_error <= kFp32Tolerance);
   CHECK(lse_error.max_error <= kFp32Tolerance);
 
   // One partial output and LSE per (query row, chunk): chunks = ceil(seqlen_k / chunk length).
-  const int chunk_length = split_length > 0 ? split_length : (seqlen_k + num_splits - 1) / num_splits;
+  const int chunk_length =
+      split_length > 0 ? split_length : (seqlen_k + num_splits - 1) / num_splits;
   const int chunks = (seqlen_k + chunk_length - 1) / chunk_length;
-  const Counters counters = testing::run_forward_shape_only(ForwardSchedule::split_kv, problem, blocks);
+  const Counters counters =
+      testing::run_forward_shape_only(ForwardSchedule::split_kv, problem, blocks);
   CHECK(counters[TensorId::LSE_partial].hbm_write_elements == 8LL * seqlen_q * chunks);
   CHECK(counters[TensorId::O_partial].hbm_write_elements == 8LL * seqlen_q * chunks * 128);
   CHECK(counters[TensorId::O_partial].hbm_read_elements == 8LL * seqlen_q * chunks * 128);
@@ -264,13 +291,16 @@ TEST_CASE("split-KV decoding matches the oracle for decode shapes and any split"
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("low-precision rule: bf16 and fp16 errors at most 2x those of standard attention in the same dtype",
-          "[forward][lowprec]") {
+TEST_CASE(
+    "low-precision rule: bf16 and fp16 errors at most 2x those of standard attention in the same "
+    "dtype",
+    "[forward][lowprec]") {
   const DType dtype = GENERATE(DType::bf16, DType::fp16);
   struct Case {
     int seqlen_q, seqlen_k, head_dim, heads;
   };
-  const Case shape = GENERATE(values<Case>({{113, 203, 59, 2}, {239, 1, 40, 2}, {1, 1, 96, 2}, {1023, 1024, 128, 1}}));
+  const Case shape = GENERATE(
+      values<Case>({{113, 203, 59, 2}, {239, 1, 40, 2}, {1, 1, 96, 2}, {1023, 1024, 128, 1}}));
   const int mask_kind = GENERATE(0, 1, 2);
   Problem problem = make_problem(shape.seqlen_q, shape.seqlen_k, shape.head_dim, 1, shape.heads, 1);
   problem.dtype = dtype;
@@ -292,7 +322,8 @@ TEST_CASE("low-precision rule: bf16 and fp16 errors at most 2x those of standard
     const auto lse_error = reference::compare(tensors.LSE, oracle.LSE);
     INFO(testing::name(schedule) << ": " << reference::describe(problem) << ", seed " << seed);
     INFO(o_error.describe("O") << " (naive " << naive_o.max_error << ")\n"
-                               << lse_error.describe("LSE") << " (naive " << naive_lse.max_error << ")");
+                               << lse_error.describe("LSE") << " (naive " << naive_lse.max_error
+                               << ")");
     CHECK(reference::within_rule(o_error, naive_o.max_error, {2.0, 1e-5}));
     CHECK(reference::within_rule(lse_error, naive_lse.max_error, {2.0, 1e-5}));
   }
@@ -312,8 +343,10 @@ TEST_CASE("repeated runs are bitwise identical", "[forward][determinism]") {
     const std::vector<float> first_o = tensors.O.values, first_lse = tensors.LSE.values;
     reference::poison_outputs(tensors);
     testing::run_forward(schedule, problem, tensors);
-    CHECK(std::memcmp(first_o.data(), tensors.O.values.data(), first_o.size() * sizeof(float)) == 0);
-    CHECK(std::memcmp(first_lse.data(), tensors.LSE.values.data(), first_lse.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(first_o.data(), tensors.O.values.data(), first_o.size() * sizeof(float)) ==
+          0);
+    CHECK(std::memcmp(first_lse.data(), tensors.LSE.values.data(),
+                      first_lse.size() * sizeof(float)) == 0);
   }
 }
 
@@ -332,7 +365,8 @@ TEST_CASE("shape-only runs (no data) count exactly what data runs count", "[forw
     const Counters shape_only = testing::run_forward_shape_only(schedule, problem);
     CHECK(with_data == shape_only);
     CHECK(shape_only.matmul_flops > 0);
-    CHECK(shape_only[TensorId::O].hbm_write_elements >= static_cast<std::int64_t>(problem.total_rows_q()) * 4 * 40);
+    CHECK(shape_only[TensorId::O].hbm_write_elements >=
+          static_cast<std::int64_t>(problem.total_rows_q()) * 4 * 40);
   }
 }
 
@@ -343,13 +377,15 @@ TEST_CASE("shape-only counting works for varlen problems too", "[forward][counte
   AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
   for (ForwardSchedule schedule : kForwardSchedules) {
     INFO(testing::name(schedule));
-    CHECK(testing::run_forward(schedule, problem, tensors) == testing::run_forward_shape_only(schedule, problem));
+    CHECK(testing::run_forward(schedule, problem, tensors) ==
+          testing::run_forward_shape_only(schedule, problem));
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("bad input raises std::invalid_argument naming the input and its range", "[forward][errors]") {
+TEST_CASE("bad input raises std::invalid_argument naming the input and its range",
+          "[forward][errors]") {
   using Catch::Matchers::Contains;
   const auto run_all = [](const Problem& problem, ForwardBlocks blocks = {}) {
     for (ForwardSchedule schedule : kForwardSchedules) {
@@ -357,11 +393,14 @@ TEST_CASE("bad input raises std::invalid_argument naming the input and its range
       testing::run_forward_shape_only(schedule, problem, blocks);
     }
   };
-  const auto expect_error = [&](const Problem& problem, const std::string& input, ForwardBlocks blocks = {}) {
+  const auto expect_error = [&](const Problem& problem, const std::string& input,
+                                ForwardBlocks blocks = {}) {
     for (ForwardSchedule schedule : kForwardSchedules) {
       INFO(testing::name(schedule) << ": expecting an error about " << input);
-      CHECK_THROWS_AS(testing::run_forward_shape_only(schedule, problem, blocks), std::invalid_argument);
-      CHECK_THROWS_WITH(testing::run_forward_shape_only(schedule, problem, blocks), Contains(input) && Contains("allowed"));
+      CHECK_THROWS_AS(testing::run_forward_shape_only(schedule, problem, blocks),
+                      std::invalid_argument);
+      CHECK_THROWS_WITH(testing::run_forward_shape_only(schedule, problem, blocks),
+                        Contains(input) && Contains("allowed"));
     }
   };
   Problem good = make_problem(113, 203, 59, 1, 4, 2);
@@ -388,10 +427,12 @@ TEST_CASE("bad input raises std::invalid_argument naming the input and its range
   expect_error(good, "block_cols = -1", {48, -1, 3, 0});
 
   // Split-KV's own inputs.
-  CHECK_THROWS_WITH(testing::run_forward_shape_only(ForwardSchedule::split_kv, good, {48, 40, 0, 0}),
-                    Contains("num_splits = 0") && Contains("allowed"));
-  CHECK_THROWS_WITH(testing::run_forward_shape_only(ForwardSchedule::split_kv, good, {48, 40, 3, -5}),
-                    Contains("split_length = -5") && Contains("allowed"));
+  CHECK_THROWS_WITH(
+      testing::run_forward_shape_only(ForwardSchedule::split_kv, good, {48, 40, 0, 0}),
+      Contains("num_splits = 0") && Contains("allowed"));
+  CHECK_THROWS_WITH(
+      testing::run_forward_shape_only(ForwardSchedule::split_kv, good, {48, 40, 3, -5}),
+      Contains("split_length = -5") && Contains("allowed"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -412,7 +453,9 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
     CHECK(c.block_cols == 5);
     CHECK(c.block_rows == 5);
     CHECK_THROWS_AS(Fa1Tiling::paper_rule(4 * 64 * 4 - 1, 64, DType::fp32), std::invalid_argument);
-    CHECK_THROWS_WITH(Fa1Tiling::paper_rule(100, 64, DType::fp32), Contains("M = 100") && Contains("allowed: M >= 4 * head_dim") && Contains("1024"));
+    CHECK_THROWS_WITH(
+        Fa1Tiling::paper_rule(100, 64, DType::fp32),
+        Contains("M = 100") && Contains("allowed: M >= 4 * head_dim") && Contains("1024"));
   }
 
   SECTION("the paper's rule ignores S, P, l and m: with an arena of exactly M it overflows") {
@@ -420,20 +463,23 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
     Problem problem = make_problem(256, 256, 64);
     const Fa1Tiling paper = Fa1Tiling::paper_rule(sram, 64, DType::fp32);
     AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
-    CHECK_THROWS_AS(run_per_head(problem, tensors, sram, [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
-                      fa1_forward(mem, head, paper, x);
-                    }),
+    CHECK_THROWS_AS(run_per_head(problem, tensors, sram,
+                                 [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
+                                   fa1_forward(mem, head, paper, x);
+                                 }),
                     SramOverflow);
   }
 
-  SECTION("the fitting rule fits the arena: peak = the working-set formula <= M, and the result is right") {
+  SECTION(
+      "the fitting rule fits the arena: peak = the working-set formula <= M, and the result is "
+      "right") {
     const DType dtype = GENERATE(DType::fp32, DType::bf16);
     const std::int64_t sram = GENERATE(4 * 1024, 20 * 1024, 100 * 1024, 228 * 1024);
     const int head_dim = GENERATE(40, 128);
     const int head_dim_v = 59;
     const Fa1Tiling tiling = Fa1Tiling::fitting_sram(sram, head_dim, head_dim_v, dtype);
-    INFO("M " << sram << " B, d " << head_dim << ", " << to_string(dtype) << ": Br " << tiling.block_rows << ", Bc "
-              << tiling.block_cols);
+    INFO("M " << sram << " B, d " << head_dim << ", " << to_string(dtype) << ": Br "
+              << tiling.block_rows << ", Bc " << tiling.block_cols);
     REQUIRE(tiling.block_cols >= 1);
     CHECK(tiling.block_rows == std::min(tiling.block_cols, head_dim));
     const std::int64_t working_set = fa1_forward_sram_bytes(tiling, head_dim, head_dim_v, dtype);
@@ -449,9 +495,10 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
     problem.mask.causal = true;
     const auto seed = reference::fresh_seed();
     AttentionTensors tensors = reference::random_inputs(problem, seed, false);
-    const Counters counters = run_per_head(problem, tensors, sram, [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
-      fa1_forward(mem, head, tiling, x);
-    });
+    const Counters counters = run_per_head(
+        problem, tensors, sram, [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
+          fa1_forward(mem, head, tiling, x);
+        });
     CHECK(counters.sram_peak_bytes == working_set);
     const OracleResult oracle = oracle_attention(problem, tensors);
     const auto o_error = reference::compare(tensors.O, oracle.O);
@@ -465,7 +512,8 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
       Problem problem = make_problem(sq, sk, 111);
       AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
       for (ForwardSchedule schedule : {ForwardSchedule::fa1, ForwardSchedule::block_sparse}) {
-        const Counters counters = testing::run_forward(schedule, problem, tensors, {tiling.block_rows, tiling.block_cols}, 48 * 1024);
+        const Counters counters = testing::run_forward(
+            schedule, problem, tensors, {tiling.block_rows, tiling.block_cols}, 48 * 1024);
         CHECK(counters.sram_peak_bytes <= 48 * 1024);
       }
     }
@@ -474,17 +522,21 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
   SECTION("an SRAM too small for 1 x 1 blocks is an error naming M and the minimum") {
     const std::int64_t minimum = fa1_forward_sram_bytes({1, 1}, 64, 64, DType::fp32);
     CHECK_NOTHROW(Fa1Tiling::fitting_sram(minimum, 64, 64, DType::fp32));
-    CHECK_THROWS_AS(Fa1Tiling::fitting_sram(minimum - 1, 64, 64, DType::fp32), std::invalid_argument);
+    CHECK_THROWS_AS(Fa1Tiling::fitting_sram(minimum - 1, 64, 64, DType::fp32),
+                    std::invalid_argument);
     CHECK_THROWS_WITH(Fa1Tiling::fitting_sram(minimum - 1, 64, 64, DType::fp32),
-                      Contains("M = " + std::to_string(minimum - 1)) && Contains("allowed: M >= " + std::to_string(minimum)));
+                      Contains("M = " + std::to_string(minimum - 1)) &&
+                          Contains("allowed: M >= " + std::to_string(minimum)));
   }
 }
 
-TEST_CASE("FA1 reads and writes O, l and m at every inner step (Algorithm 1, lines 8 and 12-13)", "[forward][fa1][counters]") {
+TEST_CASE("FA1 reads and writes O, l and m at every inner step (Algorithm 1, lines 8 and 12-13)",
+          "[forward][fa1][counters]") {
   // seqlen_q = 100 and Br = 32 give Tr = 4 blocks; seqlen_k = 90 and Bc = 40 give Tc = 3.
   Problem problem = make_problem(100, 90, 16);
   problem.head_dim_v = 24;
-  const Counters counters = testing::run_forward_shape_only(ForwardSchedule::fa1, problem, {32, 40, 0, 0});
+  const Counters counters =
+      testing::run_forward_shape_only(ForwardSchedule::fa1, problem, {32, 40, 0, 0});
   const std::int64_t Tc = 3, N = 100, dv = 24;
   CHECK(counters[TensorId::Q].hbm_read_elements == Tc * N * 16);
   CHECK(counters[TensorId::K].hbm_read_elements == 90 * 16);
@@ -494,12 +546,14 @@ TEST_CASE("FA1 reads and writes O, l and m at every inner step (Algorithm 1, lin
   CHECK(counters[TensorId::m].hbm_write_elements == (Tc + 1) * N);
   // The running O is fp32 in HBM; the last write goes to the bf16 output.
   problem.dtype = DType::bf16;
-  const Counters low = testing::run_forward_shape_only(ForwardSchedule::fa1, problem, {32, 40, 0, 0});
+  const Counters low =
+      testing::run_forward_shape_only(ForwardSchedule::fa1, problem, {32, 40, 0, 0});
   CHECK(low[TensorId::O].hbm_write_bytes == Tc * N * dv * 4 + N * dv * 2);
   CHECK(low[TensorId::O].hbm_read_bytes == Tc * N * dv * 4);
 }
 
-TEST_CASE("block-sparse FA1 loads and computes only the kept blocks (Algorithm 5)", "[forward][block_sparse][counters]") {
+TEST_CASE("block-sparse FA1 loads and computes only the kept blocks (Algorithm 5)",
+          "[forward][block_sparse][counters]") {
   const int seqlen_q = GENERATE(113, 256), seqlen_k = GENERATE(203, 256);
   Problem problem = make_problem(seqlen_q, seqlen_k, 40);
   problem.head_dim_v = 24;
@@ -521,8 +575,8 @@ TEST_CASE("block-sparse FA1 loads and computes only the kept blocks (Algorithm 5
     if (any) k_reads += cols * 40;
   }
   INFO("seed " << seed);
-  const Counters counters = testing::run_forward_shape_only(ForwardSchedule::block_sparse, problem,
-                                                            {tiling.block_rows, tiling.block_cols, 0, 0});
+  const Counters counters = testing::run_forward_shape_only(
+      ForwardSchedule::block_sparse, problem, {tiling.block_rows, tiling.block_cols, 0, 0});
   CHECK(counters[TensorId::Q].hbm_read_elements == q_reads);
   CHECK(counters[TensorId::K].hbm_read_elements == k_reads);
   CHECK(counters[TensorId::V].hbm_read_elements == k_reads / 40 * 24);
@@ -552,18 +606,20 @@ TEST_CASE("each schedule marks the lines of its paper's algorithm", "[forward][t
   problem.dropout = {0.1f, 5, 0};
   problem.block_sparsity = random_block_sparsity(problem, 48, 40, 3);
   const std::vector<std::pair<ForwardSchedule, std::set<int>>> expected = {
-      {ForwardSchedule::standard, {1, 2, 3, 4}},                                // FA1 Algorithm 0
-      {ForwardSchedule::fa1, {2, 6, 8, 9, 10, 11, 12, 13, 16}},                 // FA1 Algorithm 1
-      {ForwardSchedule::block_sparse, {2, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20}},  // FA1 Algorithm 5
-      {ForwardSchedule::fa2, {4, 5, 7, 8, 9, 12, 14}},                          // FA2 Algorithm 1
-      {ForwardSchedule::split_kv, {2, 4, 5, 6, 7, 9, 10, 11}},                  // 08's pseudocode
+      {ForwardSchedule::standard, {1, 2, 3, 4}},                 // FA1 Algorithm 0
+      {ForwardSchedule::fa1, {2, 6, 8, 9, 10, 11, 12, 13, 16}},  // FA1 Algorithm 1
+      {ForwardSchedule::block_sparse,
+       {2, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20}},           // FA1 Algorithm 5
+      {ForwardSchedule::fa2, {4, 5, 7, 8, 9, 12, 14}},          // FA2 Algorithm 1
+      {ForwardSchedule::split_kv, {2, 4, 5, 6, 7, 9, 10, 11}},  // 08's pseudocode
   };
   for (const auto& [schedule, lines] : expected) {
     INFO(testing::name(schedule));
     LineRecorder recorder;
     DataMemory mem(MemoryConfig{problem.dtype, 0}, &recorder);
     AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
-    testing::run_forward_head(schedule, mem, head_problem(problem, 0, 0), head_tensors(tensors, problem, 0, 0), ForwardBlocks{});
+    testing::run_forward_head(schedule, mem, head_problem(problem, 0, 0),
+                              head_tensors(tensors, problem, 0, 0), ForwardBlocks{});
     CHECK(recorder.lines == lines);
   }
 }

@@ -34,8 +34,10 @@ HostMatrix random_scores(int rows, int cols, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 4.0f);
   std::bernoulli_distribution masked(0.1);
-  for (float& value : x.values) value = masked(rng) ? -std::numeric_limits<float>::infinity() : normal(rng);
-  if (rows >= 3) std::fill_n(x.values.begin() + cols, cols, -std::numeric_limits<float>::infinity());
+  for (float& value : x.values)
+    value = masked(rng) ? -std::numeric_limits<float>::infinity() : normal(rng);
+  if (rows >= 3)
+    std::fill_n(x.values.begin() + cols, cols, -std::numeric_limits<float>::infinity());
   return x;
 }
 
@@ -49,7 +51,8 @@ std::vector<double> softmax_double(const HostMatrix& x, std::vector<double>* lse
     if (max == -INFINITY) continue;
     double sum = 0;
     for (int c = 0; c < x.cols; ++c) sum += std::exp(x.at(r, c) - max);
-    for (int c = 0; c < x.cols; ++c) y[static_cast<std::size_t>(r) * x.cols + c] = std::exp(x.at(r, c) - max) / sum;
+    for (int c = 0; c < x.cols; ++c)
+      y[static_cast<std::size_t>(r) * x.cols + c] = std::exp(x.at(r, c) - max) / sum;
     if (lse) lse->back() = max + std::log(sum);
   }
   return y;
@@ -81,7 +84,8 @@ double max_relative_error(const std::vector<float>& got, const std::vector<doubl
 
 }  // namespace
 
-TEST_CASE("softmax lab: the three-pass and online-normalizer softmax match a double softmax", "[softmax]") {
+TEST_CASE("softmax lab: the three-pass and online-normalizer softmax match a double softmax",
+          "[softmax]") {
   const int rows = GENERATE(1, 3);
   const int cols = GENERATE(1, 7, 203, 1024);
   const int block = GENERATE(1, 16, 64, 1000);
@@ -121,7 +125,8 @@ TEST_CASE("softmax lab: the single-pass online update computes softmax(X) V", "[
   std::vector<double> expected(static_cast<std::size_t>(rows) * value_dim, 0.0);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c)
-      for (int k = 0; k < value_dim; ++k) expected[r * value_dim + k] += p[static_cast<std::size_t>(r) * cols + c] * v.at(c, k);
+      for (int k = 0; k < value_dim; ++k)
+        expected[r * value_dim + k] += p[static_cast<std::size_t>(r) * cols + c] * v.at(c, k);
   INFO(rows << " x " << cols << ", block " << block << ", seed " << seed);
 
   HostMatrix y(TensorId::Y, rows, value_dim, NAN), lse(TensorId::LSE, rows, 1, NAN);
@@ -130,14 +135,17 @@ TEST_CASE("softmax lab: the single-pass online update computes softmax(X) V", "[
   softmax_times_values_single_pass(mem, x.view(), v.view(), y.view(), {block}, &lse_view);
   CHECK(max_error(y.values, expected) <= 1e-5);
   CHECK(max_error(lse.values, expected_lse) <= 1e-5);
-  CHECK(mem.counters()[TensorId::X].hbm_read_elements == static_cast<std::int64_t>(rows) * cols);  // one pass
+  CHECK(mem.counters()[TensorId::X].hbm_read_elements ==
+        static_cast<std::int64_t>(rows) * cols);  // one pass
 }
 
-TEST_CASE("softmax lab: shape-only runs count exactly what data runs count", "[softmax][counters]") {
+TEST_CASE("softmax lab: shape-only runs count exactly what data runs count",
+          "[softmax][counters]") {
   const int cols = GENERATE(7, 203);
   const int block = GENERATE(4, 64);
   HostMatrix x = random_scores(3, cols, reference::fresh_seed());
-  HostMatrix y(TensorId::Y, 3, cols, NAN), v(TensorId::V, cols, 6, 1.0f), yv(TensorId::Y, 3, 6, NAN);
+  HostMatrix y(TensorId::Y, 3, cols, NAN), v(TensorId::V, cols, 6, 1.0f),
+      yv(TensorId::Y, 3, 6, NAN);
   {
     DataMemory data;
     ShapeMemory shape;
@@ -156,7 +164,8 @@ TEST_CASE("softmax lab: shape-only runs count exactly what data runs count", "[s
     DataMemory data;
     ShapeMemory shape;
     softmax_times_values_single_pass(data, x.view(), v.view(), yv.view(), {block});
-    softmax_times_values_single_pass(shape, x.shape_only(), v.shape_only(), yv.shape_only(), {block});
+    softmax_times_values_single_pass(shape, x.shape_only(), v.shape_only(), yv.shape_only(),
+                                     {block});
     CHECK(data.counters() == shape.counters());
     CHECK(shape.counters().exponentials > 0);
   }
@@ -164,12 +173,17 @@ TEST_CASE("softmax lab: shape-only runs count exactly what data runs count", "[s
 
 TEST_CASE("softmax lab: bad input names the input and the allowed range", "[softmax][errors]") {
   using Catch::Matchers::Contains;
-  HostMatrix x(TensorId::X, 2, 10, 0.0f), y(TensorId::Y, 2, 10, 0.0f), wrong(TensorId::Y, 2, 9, 0.0f);
+  HostMatrix x(TensorId::X, 2, 10, 0.0f), y(TensorId::Y, 2, 10, 0.0f),
+      wrong(TensorId::Y, 2, 9, 0.0f);
   HostMatrix v(TensorId::V, 9, 3, 0.0f);
   ShapeMemory mem;
-  CHECK_THROWS_WITH(softmax_three_pass(mem, x.shape_only(), y.shape_only(), {0}), Contains("block_cols = 0") && Contains("allowed: >= 1"));
-  CHECK_THROWS_WITH(softmax_online_normalizer(mem, x.shape_only(), y.shape_only(), {-2}), Contains("block_cols = -2"));
-  CHECK_THROWS_AS(softmax_three_pass(mem, x.shape_only(), wrong.shape_only(), {4}), std::invalid_argument);
-  CHECK_THROWS_WITH(softmax_times_values_single_pass(mem, x.shape_only(), v.shape_only(), y.shape_only(), {4}),
-                    Contains("V has 9 rows") && Contains("allowed"));
+  CHECK_THROWS_WITH(softmax_three_pass(mem, x.shape_only(), y.shape_only(), {0}),
+                    Contains("block_cols = 0") && Contains("allowed: >= 1"));
+  CHECK_THROWS_WITH(softmax_online_normalizer(mem, x.shape_only(), y.shape_only(), {-2}),
+                    Contains("block_cols = -2"));
+  CHECK_THROWS_AS(softmax_three_pass(mem, x.shape_only(), wrong.shape_only(), {4}),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(
+      softmax_times_values_single_pass(mem, x.shape_only(), v.shape_only(), y.shape_only(), {4}),
+      Contains("V has 9 rows") && Contains("allowed"));
 }
