@@ -81,7 +81,7 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
                        const StandardBackwardResiduals& residuals) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
-  const int d = head.head_dim, dv = head.head_dim_v;
+  const int d = head.head_dim, d_v = head.head_dim_v;
   auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
   auto col_block = [&](int begin) { return Range{begin, std::min(Bc, head.seqlen_k - begin)}; };
   HbmScratch scratch(Memory::with_data);
@@ -92,7 +92,7 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
   mem.mark_line(1);
   for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
     const Range cols = col_block(col_begin);
-    Tile dv_block = mem.zeros(TensorId::dV, cols, {0, dv});
+    Tile dv_block = mem.zeros(TensorId::dV, cols, {0, d_v});
     for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
       const Range rows = row_block(row_begin);
       Tile p = mem.load(residuals.P, rows, cols);

@@ -50,35 +50,37 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
   // Lines 2-4: block sizes (given, or Fa1Tiling::paper_rule) and the blocks of Q, K, V, O, dO,
   // l, m (views of HBM, nothing moves).
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
-  const int d = head.head_dim, dv = head.head_dim_v;
+  auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
+  auto col_block = [&](int begin) { return Range{begin, std::min(Bc, head.seqlen_k - begin)}; };
+  const int d = head.head_dim, d_v = head.head_dim_v;
   HbmScratch scratch(Memory::with_data);
 
   // Line 5: dQ = 0, dK = 0, dV = 0 in HBM (dK and dV are overwritten at line 24 anyway).
   mem.mark_line(5);
   const HbmMatrix dQ = fp32_gradient_accumulator(scratch, x.dQ);
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-    const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+    const Range rows = row_block(row_begin);
     Tile zero = mem.zeros(TensorId::dQ, rows, {0, d});
     mem.store(dQ, rows, zero);
   }
   for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
-    const Range cols{col_begin, std::min(Bc, head.seqlen_k - col_begin)};
+    const Range cols = col_block(col_begin);
     Tile dk_zero = mem.zeros(TensorId::dK, cols, {0, d});
     mem.store(x.dK, cols, dk_zero);
-    Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, dv});
+    Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, d_v});
     mem.store(x.dV, cols, dv_zero);
   }
 
   for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {  // line 6
-    const Range cols{col_begin, std::min(Bc, head.seqlen_k - col_begin)};
+    const Range cols = col_block(col_begin);
     mem.mark_line(7);
     Tile k = mem.load(x.K, cols);  // line 7
     Tile v = mem.load(x.V, cols);
     mem.mark_line(8);
     Tile dk = mem.zeros(TensorId::dK, cols, {0, d});  // line 8
-    Tile dv_acc = mem.zeros(TensorId::dV, cols, {0, dv});
+    Tile dv = mem.zeros(TensorId::dV, cols, {0, d_v});
     for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {  // line 9
-      const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+      const Range rows = row_block(row_begin);
       mem.mark_line(10);  // line 10
       Tile q = mem.load(x.Q, rows);
       Tile o = mem.load(x.O, rows);
@@ -109,10 +111,10 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
         mem.mark_line(15);
         mem.apply_dropout(p_dropped, head);
         mem.mark_line(16);
-        mem.multiply_add(dv_acc, p_dropped, Transpose::yes, d_out, Transpose::no);
+        mem.multiply_add(dv, p_dropped, Transpose::yes, d_out, Transpose::no);
       } else {
         mem.mark_line(16);
-        mem.multiply_add(dv_acc, p, Transpose::yes, d_out, Transpose::no);
+        mem.multiply_add(dv, p, Transpose::yes, d_out, Transpose::no);
       }
 
       mem.mark_line(17);
@@ -136,7 +138,7 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
     }
     mem.mark_line(24);
     mem.store(x.dK, cols, dk);  // line 24
-    mem.store(x.dV, cols, dv_acc);
+    mem.store(x.dV, cols, dv);
   }
 
   mem.mark_line(26);

@@ -33,15 +33,19 @@ namespace flashlab {
 template <class Memory>
 void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x) {
   tiling.validate();
-  const int Br = tiling.block_rows, Bc = tiling.block_cols;  // line 1
-  const int d = head.head_dim, dv = head.head_dim_v;
+  // Lines 1-2: Q, O, dO, L in blocks of Br rows, K, V in blocks of Bc rows (views of HBM; the
+  // last block is shorter when the size does not divide the sequence).
+  const int Br = tiling.block_rows, Bc = tiling.block_cols;
+  auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
+  auto col_block = [&](int begin) { return Range{begin, std::min(Bc, head.seqlen_k - begin)}; };
+  const int d = head.head_dim, d_v = head.head_dim_v;
   HbmScratch scratch(Memory::with_data);
 
   // Line 3: dQ = 0 in HBM (fp32).
   mem.mark_line(3);
   const HbmMatrix dQ = fp32_gradient_accumulator(scratch, x.dQ);
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-    const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+    const Range rows = row_block(row_begin);
     Tile zero = mem.zeros(TensorId::dQ, rows, {0, d});
     mem.store(dQ, rows, zero);
   }
@@ -50,7 +54,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
   mem.mark_line(4);
   const HbmMatrix D = scratch.matrix(TensorId::D, DType::fp32, head.seqlen_q, 1);
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-    const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+    const Range rows = row_block(row_begin);
     Tile d_out = mem.load(x.dO, rows);
     Tile o = mem.load(x.O, rows);
     Tile d_row = mem.row_dot(TensorId::D, d_out, o);
@@ -63,10 +67,10 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
   };
   std::vector<VisibleBlock> visible_rows;
   for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {  // line 5
-    const Range cols{col_begin, std::min(Bc, head.seqlen_k - col_begin)};
+    const Range cols = col_block(col_begin);
     visible_rows.clear();
     for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-      const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+      const Range rows = row_block(row_begin);
       const auto coverage = head.coverage(rows.begin, rows.end(), cols.begin, cols.end());
       if (coverage != HeadProblem::BlockCoverage::empty) {
         visible_rows.push_back({rows, coverage == HeadProblem::BlockCoverage::partial});
@@ -76,7 +80,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
       mem.mark_line(18);
       Tile dk_zero = mem.zeros(TensorId::dK, cols, {0, d});
       mem.store(x.dK, cols, dk_zero);
-      Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, dv});
+      Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, d_v});
       mem.store(x.dV, cols, dv_zero);
       continue;
     }
@@ -85,7 +89,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
     Tile v = mem.load(x.V, cols);
     mem.mark_line(7);
     Tile dk = mem.zeros(TensorId::dK, cols, {0, d});  // line 7
-    Tile dv_acc = mem.zeros(TensorId::dV, cols, {0, dv});
+    Tile dv = mem.zeros(TensorId::dV, cols, {0, d_v});
     for (const VisibleBlock& block : visible_rows) {  // line 8, masked blocks skipped
       const Range rows = block.rows;
       // Line 9: the paper also lists O_i, but O enters only through D (line 4), and dQ_i is
@@ -109,9 +113,9 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
       if (head.dropout.probability > 0) {
         Tile p_dropped = mem.copy(TensorId::P, p);
         mem.apply_dropout(p_dropped, head);
-        mem.multiply_add(dv_acc, p_dropped, Transpose::yes, d_out, Transpose::no);
+        mem.multiply_add(dv, p_dropped, Transpose::yes, d_out, Transpose::no);
       } else {
-        mem.multiply_add(dv_acc, p, Transpose::yes, d_out, Transpose::no);
+        mem.multiply_add(dv, p, Transpose::yes, d_out, Transpose::no);
       }
 
       mem.mark_line(13);
@@ -132,7 +136,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
     }
     mem.mark_line(18);
     mem.store(x.dK, cols, dk);  // line 18
-    mem.store(x.dV, cols, dv_acc);
+    mem.store(x.dV, cols, dv);
   }
 
   mem.mark_line(20);
