@@ -8,6 +8,7 @@
 #include <string>
 
 #include "record.hpp"
+#include "sim/bounds.hpp"
 #include "replay.hpp"
 
 namespace flashlab::viz {
@@ -20,6 +21,10 @@ struct Lane {
   std::optional<Counters> counted;      // the memory model's counters of the whole run
   std::optional<Counters> closed_form;  // sim/closed_forms.hpp, when it knows the schedule
   std::string closed_form_note;         // why there is none
+  std::optional<sim::Bound> bound;      // sim/bounds.hpp: the schedule's asymptotic bound
+  std::optional<sim::Bound> lower_bound;  // and the lower bound of every exact algorithm
+  std::int64_t bound_sram_bytes = 0;    // the M the bounds are taken at
+  std::string bound_note;
   ScoreGrid grid;
   std::vector<TensorId> hbm_tensors;    // tensors the trace moves, in first-use order
   TraceCursor cursor;

@@ -144,6 +144,29 @@ void set_lane_trace(Lane& lane, Trace trace, std::optional<Counters> counted) {
   } catch (const std::exception& error) {
     lane.closed_form_note = std::string("no closed form: ") + error.what();
   }
+
+  // The bounds at M; with block sizes and no M, at the SRAM those blocks need (their working set).
+  lane.bound.reset(), lane.lower_bound.reset();
+  try {
+    const Problem problem = problem_of(info);
+    lane.bound_sram_bytes = info.sram_capacity_bytes > 0
+                                ? info.sram_capacity_bytes
+                                : sim::working_set_bytes(info.schedule, problem, {info.block_rows, info.block_cols});
+    double kept_area = 0, total_area = 0;  // block-sparse: the kept fraction s of the score matrix
+    for (int r = 0; r < lane.grid.row_cells(); ++r)
+      for (int c = 0; c < lane.grid.col_cells(); ++c) {
+        const double area = double(lane.grid.row_edges[r + 1] - lane.grid.row_edges[r]) *
+                            (lane.grid.col_edges[c + 1] - lane.grid.col_edges[c]);
+        total_area += area;
+        if (lane.grid.first(r, c) != ScoreGrid::kNever) kept_area += area;
+      }
+    const double sparsity = total_area > 0 ? kept_area / total_area : 1.0;
+    lane.bound = sim::schedule_bound(info.schedule, problem, lane.bound_sram_bytes, sparsity);
+    lane.lower_bound = sim::lower_bound(problem, lane.bound_sram_bytes);
+    lane.bound_note.clear();
+  } catch (const std::exception& error) {
+    lane.bound_note = std::string("no bound: ") + error.what();
+  }
 }
 
 void run_lanes(AppState& app) {
@@ -876,7 +899,21 @@ void ShowCounters(Lane& lane, const char* title, bool* open) {
   } else {
     ImGui::TextDisabled("%s", lane.closed_form_note.c_str());
   }
-  ImGui::TextDisabled("Asymptotic bounds: not yet in sim/; the counters stand alone.");
+  if (lane.bound && lane.lower_bound) {
+    // The bounds are in elements (Theta: up to a constant); the counted run in elements too.
+    double counted = 0;
+    for (const TensorTraffic& t : end.traffic) counted += double(t.hbm_read_elements + t.hbm_write_elements);
+    const char* m_source = lane.trace.info.sram_capacity_bytes > 0 ? "M" : "M = the blocks' working set";
+    ImGui::TextWrapped("Bound (%s): %s = %.3g elements at %s = %s; the run moves %.3g elements, %.2f x the bound.",
+                       lane.bound->source.c_str(), lane.bound->formula.c_str(), lane.bound->elements, m_source,
+                       bytes_text(lane.bound_sram_bytes).c_str(), counted,
+                       lane.bound->elements > 0 ? counted / lane.bound->elements : 0.0);
+    ImGui::TextWrapped("Lower bound (%s): %s = %.3g elements; the run is %.2f x it.", lane.lower_bound->source.c_str(),
+                       lane.lower_bound->formula.c_str(), lane.lower_bound->elements,
+                       lane.lower_bound->elements > 0 ? counted / lane.lower_bound->elements : 0.0);
+  } else {
+    ImGui::TextDisabled("%s", lane.bound_note.c_str());
+  }
   ImGui::End();
 }
 
