@@ -4,6 +4,7 @@
 // and bad input.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -622,4 +623,33 @@ TEST_CASE("each schedule marks the lines of its paper's algorithm", "[forward][t
                               head_tensors(tensors, problem, 0, 0), ForwardBlocks{});
     CHECK(recorder.lines == lines);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// Not part of the suite (hidden tag): prints each forward schedule's error against the oracle and
+// its HBM traffic on the largest official shape, for the documentation. Run with
+//   build/<dir>/tests/test_algorithms "[.report]"
+TEST_CASE("report: forward schedules on (1023, 1024), d = 128", "[.report]") {
+  std::printf("%-6s %-7s %-24s %12s %12s %10s %10s\n", "dtype", "causal", "schedule", "O error",
+              "LSE error", "HBM MB", "GFLOP");
+  for (DType dtype : {DType::fp32, DType::bf16, DType::fp16}) {
+    for (bool causal : {false, true}) {
+      Problem problem = make_problem(1023, 1024, 128);
+      problem.dtype = dtype;
+      problem.mask.causal = causal;
+      AttentionTensors tensors = reference::random_inputs(problem, 2024, false);
+      const OracleResult oracle = oracle_attention(problem, tensors);
+      for (ForwardSchedule schedule : kForwardSchedules) {
+        reference::poison_outputs(tensors);
+        const Counters counters = testing::run_forward(schedule, problem, tensors, {64, 64, 4, 0});
+        std::printf("%-6s %-7s %-24s %12.3e %12.3e %10.2f %10.3f\n", to_string(dtype),
+                    causal ? "yes" : "no", testing::name(schedule),
+                    reference::compare(tensors.O, oracle.O).max_error,
+                    reference::compare(tensors.LSE, oracle.LSE).max_error,
+                    counters.hbm_bytes() / 1e6, counters.matmul_flops / 1e9);
+      }
+    }
+  }
+  SUCCEED();
 }
