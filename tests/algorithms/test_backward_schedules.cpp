@@ -326,6 +326,47 @@ TEST_CASE("FA1 backward with the paper's block sizes from M", "[backward]") {
   CHECK(overflow.find("M = 16384 B") != std::string::npos);
 }
 
+TEST_CASE("FA1 backward on the l and m that the FA1 forward leaves in HBM", "[backward]") {
+  // Algorithm 4 consumes Algorithm 1's own statistics (not m = LSE, l = 1): run the FA1 forward
+  // of 03_fa1_forward.hpp step by step with its HBM state in view, then the backward on it.
+  const auto [seqlen_q, seqlen_k] = GENERATE(table<int, int>({{113, 203}, {50, 20}}));
+  Problem problem = base_problem(seqlen_q, seqlen_k, 40);
+  problem.heads_q = 4;
+  problem.heads_kv = 2;
+  problem.mask.causal = true;  // (50, 20): queries 0..29 see no key, l = 0 and m = -inf there
+  problem.softcap = 6.0f;
+  problem.dropout = {0.1f, reference::fresh_seed(), 4};
+  const Fa1Tiling tiling{24, 40};
+  const auto seed = reference::fresh_seed();
+  AttentionTensors tensors = reference::random_inputs(problem, seed, /*with_backward=*/true);
+  run_backward<DataMemory>(problem, &tensors, 0, [&](DataMemory& mem, const HeadProblem& head, const HeadTensors& x) {
+    HbmScratch scratch(true);
+    const Fa1HbmState state = fa1_hbm_state(scratch, head);
+    DataMemory forward_memory(mem.config());
+    for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += tiling.block_rows) {
+      fa1_initialize_block(forward_memory, state, {row_begin, std::min(tiling.block_rows, head.seqlen_q - row_begin)},
+                           head.head_dim_v);
+    }
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += tiling.block_cols) {
+      const Range cols{col_begin, std::min(tiling.block_cols, head.seqlen_k - col_begin)};
+      Tile k = forward_memory.load(x.K, cols);
+      Tile v = forward_memory.load(x.V, cols);
+      for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += tiling.block_rows) {
+        const Range rows{row_begin, std::min(tiling.block_rows, head.seqlen_q - row_begin)};
+        fa1_inner_step(forward_memory, head, x, state, k, v, rows, cols.end() == head.seqlen_k, kFa1Algorithm1Lines);
+      }
+    }
+    fa1_backward(mem, head, tiling, x, Fa1SoftmaxStatistics{state.l, state.m});
+  });
+  const OracleResult oracle = oracle_attention(problem, tensors, &tensors.dO);
+  const auto errors = backward_test::compare_gradients(tensors, oracle);
+  const double tolerance = kFp32RelativeTolerance * std::max(1.0, backward_test::largest_gradient(oracle));
+  INFO(reference::describe(problem) << ", seed " << seed << "\n" << errors.describe() << "\ntolerance " << tolerance);
+  CHECK(reference::compare(tensors.O, oracle.O).max_error < 1e-4);
+  CHECK_FALSE(errors.any_nan());
+  CHECK(errors.max_error() <= tolerance);
+}
+
 namespace {
 struct LineRecorder : TraceSink {
   std::vector<int> first_seen;  // the paper's lines in the order the schedule first reaches them
