@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -76,6 +77,7 @@ struct BackwardParams {
   int window_left;
   bool bottom_right;
   bool deterministic;
+  int ablate;        // timing experiments only: 1 no dQ atomics, 2 no dQ phase, 4 no dV/dK mma, 8 no S/dP mma
   int query_blocks;  // ceil(seqlen_q / kBlockM): stride of the deterministic counters
   // Workspace.
   float* lse_log2;    // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
@@ -247,12 +249,14 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const std::uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void add_to_dq(float* address, float x, float y) {
+__device__ __forceinline__ void add_to_dq(float* address, float4 value) {
 #if __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(address), make_float2(x, y));
+  atomicAdd(reinterpret_cast<float4*>(address), value);
 #else
-  atomicAdd(address, x);
-  atomicAdd(address + 1, y);
+  atomicAdd(address, value.x);
+  atomicAdd(address + 1, value.y);
+  atomicAdd(address + 2, value.z);
+  atomicAdd(address + 3, value.w);
 #endif
 }
 #endif  // __CUDA_ARCH__ >= 800
@@ -268,10 +272,14 @@ struct BackwardTiling {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kWarps = kBlockN / 16;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMinBlocksPerSm = kWarps >= 8 ? 1 : 2;
   static constexpr int kStride = kHeadDim + 8;     // padded rows: ldmatrix without bank conflicts
   static constexpr int kDsStride = kBlockM + 8;
-  // dQ = dS K: warps split the query rows in 16-row groups, then the columns.
-  static constexpr int kDqRowGroups = kBlockM / 16;
+  // dQ = dS K: warps split the query rows in groups of kDqRows (32 when the columns still split
+  // into multiples of 16, which halves the K fragments each warp reads), then the columns.
+  static constexpr int kDqRows =
+      (kBlockM % 32 == 0 && (kHeadDim / (kWarps / (kBlockM / 32))) % 16 == 0 && kWarps % (kBlockM / 32) == 0) ? 32 : 16;
+  static constexpr int kDqRowGroups = kBlockM / kDqRows;
   static constexpr int kDqColGroups = kWarps / kDqRowGroups;
   static constexpr int kDqCols = kHeadDim / kDqColGroups;
   static_assert(kWarps % kDqRowGroups == 0 && kDqCols % 16 == 0, "dQ warp layout");
@@ -281,11 +289,11 @@ struct BackwardTiling {
   static constexpr int kQElements = kBlockM * kStride;    // each of Q and dO, per stage
   static constexpr int kDsElements = kBlockN * kDsStride;  // dS^T
   static constexpr std::size_t kSmemBytes =
-      (2 * kKvElements + 4 * kQElements + kDsElements) * 2 + 4 * kBlockM * sizeof(float);
+      (2 * kKvElements + 4 * kQElements + 2 * kDsElements) * 2 + 4 * kBlockM * sizeof(float);
 };
 
 template <typename Element, typename Tiling>
-__global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(BackwardParams p) {
+__global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) backward_main_kernel(BackwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kHeadDim = Tiling::kHeadDim, kBlockN = Tiling::kBlockN, kBlockM = Tiling::kBlockM;
   constexpr int kStride = Tiling::kStride, kDsStride = Tiling::kDsStride, kThreads = Tiling::kThreads;
@@ -296,8 +304,8 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
   Element* sV = sK + Tiling::kKvElements;
   Element* sQ = sV + Tiling::kKvElements;      // [2][kBlockM][kStride]
   Element* sdO = sQ + 2 * Tiling::kQElements;  // [2][kBlockM][kStride]
-  Element* sdS = sdO + 2 * Tiling::kQElements; // [kBlockN][kDsStride]: dS^T
-  float* sLse = reinterpret_cast<float*>(sdS + Tiling::kDsElements);  // [2][kBlockM]
+  Element* sdS = sdO + 2 * Tiling::kQElements; // [2][kBlockN][kDsStride]: dS^T, double-buffered
+  float* sLse = reinterpret_cast<float*>(sdS + 2 * Tiling::kDsElements);  // [2][kBlockM]
   float* sDelta = sLse + 2 * kBlockM;                                  // [2][kBlockM]
 
   const int key_block = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
@@ -383,15 +391,103 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
   const int warp_key = warp * 16;  // first key row (within the block) of this warp
   const int dq_row_group = warp % Tiling::kDqRowGroups, dq_col_group = warp / Tiling::kDqRowGroups;
 
-  for (int it = 0; it < iterations; ++it) {
-    const int stage = it % 2;
+  // dQ_i += dS K_j (line 20) for iteration `it`, from sdS[it % 2]: the warp owns kDqRows query
+  // rows x kDqCols columns. The sum over key blocks goes to the fp32 accumulator in HBM with
+  // 16-byte atomic adds (sm_90) after pairing lanes so that each holds 4 consecutive columns.
+  auto accumulate_dq = [&](int it) {
+    constexpr int kDqTiles = Tiling::kDqCols / 8;
+    constexpr int kDqMTiles = Tiling::kDqRows / 16;
     const int head_q = head_kv * p.group + it / blocks_per_head;
     const int query_block = block_first + it % blocks_per_head;
     const int query_begin = query_block * kBlockM;
+    const Element* ds_stage = sdS + (it % 2) * Tiling::kDsElements;
+    float acc_dq[kDqMTiles][kDqTiles][4];
+#pragma unroll
+    for (int m = 0; m < kDqMTiles; ++m) {
+#pragma unroll
+      for (int n = 0; n < kDqTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dq[m][n][e] = 0.0f;
+      }
+    }
+    const int dq_row0 = dq_row_group * Tiling::kDqRows, dq_col0 = dq_col_group * Tiling::kDqCols;
+    if (!(p.ablate & 2)) {
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        std::uint32_t a_ds[kDqMTiles][4];
+#pragma unroll
+        for (int m = 0; m < kDqMTiles; ++m) {
+          ldmatrix_x4_trans(a_ds[m], ds_stage + (ks * 16 + at_k) * kDsStride + dq_row0 + m * 16 + at_m);
+        }
+#pragma unroll
+        for (int np = 0; np < Tiling::kDqCols / 16; ++np) {
+          std::uint32_t b_k[4];
+          ldmatrix_x4_trans(b_k, sK + (ks * 16 + bt_k) * kStride + dq_col0 + np * 16 + bt_n);
+#pragma unroll
+          for (int m = 0; m < kDqMTiles; ++m) {
+            mma_16816<Element>(acc_dq[m][2 * np], a_ds[m], b_k[0], b_k[1]);
+            mma_16816<Element>(acc_dq[m][2 * np + 1], a_ds[m], b_k[2], b_k[3]);
+          }
+        }
+      }
+    }
+
+    // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
+    int* counter = nullptr;
+    int turn = 0;
+    if (p.deterministic) {
+      int first_key = 0;
+      if (p.has_left) first_key = max(0, query_begin + offset - p.window_left);
+      turn = key_block - first_key / kBlockN;
+      counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
+      if (tid == 0) {
+        int seen;
+        do {
+          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+        } while (seen != turn);
+      }
+      __syncthreads();
+    }
+    float* dq_base = p.dq_accum + (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q) * p.head_dim;
+    if (!(p.ablate & 1)) {
+#pragma unroll
+      for (int m = 0; m < kDqMTiles; ++m) {
+#pragma unroll
+        for (int n = 0; n < kDqTiles; ++n) {
+          const float* c = acc_dq[m][n];
+          // Lanes t and t^1 trade halves: even t takes row g, columns 2t..2t+3; odd t takes row
+          // g + 8, columns 2t-2..2t+1.
+          const bool odd = (t & 1) != 0;
+          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
+          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+          const int row = query_begin + dq_row0 + m * 16 + g + (odd ? 8 : 0);
+          const int col = dq_col0 + n * 8 + 2 * (t & ~1);
+          const float4 value = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
+          if (row < seq.seqlen_q && col < p.head_dim) add_to_dq(dq_base + static_cast<std::int64_t>(row) * p.head_dim + col, value);
+        }
+      }
+    }
+    if (p.deterministic) {
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+    }
+  };
+
+  for (int it = 0; it < iterations; ++it) {
+    const int stage = it % 2;
+    const int query_block = block_first + it % blocks_per_head;
+    const int query_begin = query_block * kBlockM;
     cp_async_wait_all();
-    __syncthreads();  // stage `stage` is loaded; everyone is done with the other stage and sdS
+    // Stage `stage` is loaded, dS^T of the previous iteration is complete, and everyone is done
+    // with the other stage (last read by the previous dV/dK) and with sdS[stage] (read by the dQ of
+    // two iterations ago).
+    __syncthreads();
     if (it + 1 < iterations) load_query_block(it + 1, stage ^ 1);
     cp_async_commit();
+    // dQ of the previous query block (line 20), one barrier after its dS^T was stored.
+    if (it > 0) accumulate_dq(it - 1);
 
     const Element* q_stage = sQ + stage * Tiling::kQElements;
     const Element* do_stage = sdO + stage * Tiling::kQElements;
@@ -409,6 +505,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
     }
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      if (p.ablate & 8) break;
       std::uint32_t a_k[4], a_v[4];
       ldmatrix_x4(a_k, sK + (warp_key + a_row) * kStride + kk * 16 + a_col);
       ldmatrix_x4(a_v, sV + (warp_key + a_row) * kStride + kk * 16 + a_col);
@@ -432,11 +529,13 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
         (p.has_left && key_begin < query_begin + kBlockM - 1 + offset - p.window_left);
 #pragma unroll
     for (int n = 0; n < kQueryTiles; ++n) {
+      const float2 lse_pair = *reinterpret_cast<const float2*>(lse_stage + n * 8 + 2 * t);
+      const float2 delta_pair = *reinterpret_cast<const float2*>(delta_stage + n * 8 + 2 * t);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int query_local = n * 8 + 2 * t + (e % 2);
         const int key_local = warp_key + g + 8 * (e / 2);
-        float prob = exp2f(acc_s[n][e] * p.scale_log2 - lse_stage[query_local]);
+        float prob = exp2f(acc_s[n][e] * p.scale_log2 - ((e % 2) ? lse_pair.y : lse_pair.x));
         if (needs_mask) {
           const int query = query_begin + query_local, key = key_begin + key_local;
           const int diagonal = query + offset;
@@ -446,14 +545,14 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
           if (!visible) prob = 0.0f;
         }
         acc_s[n][e] = prob;
-        acc_dp[n][e] = prob * (acc_dp[n][e] - delta_stage[query_local]);
+        acc_dp[n][e] = prob * (acc_dp[n][e] - ((e % 2) ? delta_pair.y : delta_pair.x));
       }
     }
 
     // ---- dS^T to shared memory for dQ (rounded to the dtype, as the tensor cores read it).
 #pragma unroll
     for (int n = 0; n < kQueryTiles; ++n) {
-      Element* row0 = sdS + (warp_key + g) * kDsStride + n * 8 + 2 * t;
+      Element* row0 = sdS + stage * Tiling::kDsElements + (warp_key + g) * kDsStride + n * 8 + 2 * t;
       *reinterpret_cast<std::uint32_t*>(row0) = pack2<Element>(acc_dp[n][0], acc_dp[n][1]);
       *reinterpret_cast<std::uint32_t*>(row0 + 8 * kDsStride) = pack2<Element>(acc_dp[n][2], acc_dp[n][3]);
     }
@@ -461,6 +560,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
     // ---- dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 18): A operands from registers.
 #pragma unroll
     for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      if (p.ablate & 4) break;
       std::uint32_t a_p[4], a_ds[4];
       a_p[0] = pack2<Element>(acc_s[2 * ks][0], acc_s[2 * ks][1]);
       a_p[1] = pack2<Element>(acc_s[2 * ks][2], acc_s[2 * ks][3]);
@@ -481,64 +581,10 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
         mma_16816<Element>(acc_dk[2 * np + 1], a_ds, b_q[2], b_q[3]);
       }
     }
-    __syncthreads();  // dS^T complete in shared memory
-
-    // ---- dQ_i += dS K_j (line 20): warp owns 16 query rows x kDqCols columns.
-    constexpr int kDqTiles = Tiling::kDqCols / 8;
-    float acc_dq[kDqTiles][4];
-#pragma unroll
-    for (int n = 0; n < kDqTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dq[n][e] = 0.0f;
-    }
-    const int dq_row0 = dq_row_group * 16, dq_col0 = dq_col_group * Tiling::kDqCols;
-#pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks) {
-      std::uint32_t a_ds[4];
-      ldmatrix_x4_trans(a_ds, sdS + (ks * 16 + at_k) * kDsStride + dq_row0 + at_m);
-#pragma unroll
-      for (int np = 0; np < Tiling::kDqCols / 16; ++np) {
-        std::uint32_t b_k[4];
-        ldmatrix_x4_trans(b_k, sK + (ks * 16 + bt_k) * kStride + dq_col0 + np * 16 + bt_n);
-        mma_16816<Element>(acc_dq[2 * np], a_ds, b_k[0], b_k[1]);
-        mma_16816<Element>(acc_dq[2 * np + 1], a_ds, b_k[2], b_k[3]);
-      }
-    }
-
-    // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
-    int* counter = nullptr;
-    int turn = 0;
-    if (p.deterministic) {
-      const int rows_end = min(query_begin + kBlockM, seq.seqlen_q);
-      int first_key = 0;
-      if (p.has_left) first_key = max(0, query_begin + offset - p.window_left);
-      turn = key_block - first_key / kBlockN;
-      (void)rows_end;
-      counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
-      if (tid == 0) {
-        int seen;
-        do {
-          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-        } while (seen != turn);
-      }
-      __syncthreads();
-    }
-    float* dq_base = p.dq_accum + (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q) * p.head_dim;
-#pragma unroll
-    for (int n = 0; n < kDqTiles; ++n) {
-      const int col = dq_col0 + n * 8 + 2 * t;
-      const int row = query_begin + dq_row0 + g;
-      if (col < p.head_dim) {
-        if (row < seq.seqlen_q) add_to_dq(dq_base + static_cast<std::int64_t>(row) * p.head_dim + col, acc_dq[n][0], acc_dq[n][1]);
-        if (row + 8 < seq.seqlen_q)
-          add_to_dq(dq_base + static_cast<std::int64_t>(row + 8) * p.head_dim + col, acc_dq[n][2], acc_dq[n][3]);
-      }
-    }
-    if (p.deterministic) {
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
-    }
+  }
+  if (iterations > 0) {
+    __syncthreads();  // the last dS^T is complete
+    accumulate_dq(iterations - 1);
   }
 
   // ---- Write dK_j (scaled: S = scale * Q K^T) and dV_j (line 23).
@@ -571,8 +617,8 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
 
 int padded_head_dim(int head_dim) { return (head_dim + 31) / 32 * 32; }
 
-int query_block_rows(int /*padded_head_dim*/) { return 64; }
-constexpr int kKeyBlockRows = 128;
+// The smallest query block of any tiling: sizes the deterministic counters.
+constexpr int kMinBlockM = 32;
 
 struct WorkspaceLayout {
   std::size_t lse_offset, delta_offset, dq_offset, counters_offset, total;
@@ -587,18 +633,17 @@ WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   layout.delta_offset = align(rows * heads * sizeof(float));
   layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
   layout.counters_offset = layout.dq_offset + align(rows * heads * problem.head_dim * sizeof(float));
-  const int query_blocks = (problem.seqlen_q + query_block_rows(padded_head_dim(problem.head_dim)) - 1) /
-                           query_block_rows(padded_head_dim(problem.head_dim));
+  const int query_blocks = (problem.seqlen_q + kMinBlockM - 1) / kMinBlockM;
   const std::size_t counters =
       deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
   layout.total = layout.counters_offset + align(counters * sizeof(int));
   return layout;
 }
 
-template <typename Element, int kHeadDim>
-void launch_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Tiling = BackwardTiling<kHeadDim, kKeyBlockRows, 64>;
-  static_assert(Tiling::kBlockM == 64, "query_block_rows() must match the tiling");
+template <typename Element, int kHeadDim, int kBlockN, int kBlockM>
+void launch_backward(BackwardParams params, cudaStream_t stream) {
+  using Tiling = BackwardTiling<kHeadDim, kBlockN, kBlockM>;
+  params.query_blocks = (params.seqlen_q + kBlockM - 1) / kBlockM;
   {
     const std::int64_t threads = static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * 8;
     const int blocks = static_cast<int>((threads + 255) / 256);
@@ -622,13 +667,32 @@ void launch_backward(const BackwardParams& params, cudaStream_t stream) {
   }
 }
 
+int tiling_variant() {
+  static const int variant = [] {
+    const char* text = std::getenv("FLASHLAB_FA2_BWD_TILE");
+    return text ? std::atoi(text) : 0;
+  }();
+  return variant;
+}
+
+template <typename Element, int kHeadDim>
+void launch_tuned(const BackwardParams& params, cudaStream_t stream) {
+  switch (tiling_variant()) {
+    case 1: return launch_backward<Element, kHeadDim, 128, 32>(params, stream);
+    case 4:
+      if constexpr (kHeadDim == 64) return launch_backward<Element, kHeadDim, 128, 128>(params, stream);
+      [[fallthrough]];
+    default: return launch_backward<Element, kHeadDim, 128, 64>(params, stream);
+  }
+}
+
 template <typename Element>
 void dispatch_head_dim(const BackwardParams& params, cudaStream_t stream) {
   switch (padded_head_dim(params.head_dim)) {
-    case 32: return launch_backward<Element, 32>(params, stream);
-    case 64: return launch_backward<Element, 64>(params, stream);
-    case 96: return launch_backward<Element, 96>(params, stream);
-    case 128: return launch_backward<Element, 128>(params, stream);
+    case 32: return launch_backward<Element, 32, 128, 64>(params, stream);
+    case 64: return launch_tuned<Element, 64>(params, stream);
+    case 96: return launch_backward<Element, 96, 128, 64>(params, stream);
+    case 128: return launch_tuned<Element, 128>(params, stream);
     default: break;
   }
   throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) +
@@ -711,8 +775,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.window_left = mask.window_left;
   p.bottom_right = mask.alignment == CausalAlignment::bottom_right;
   p.deterministic = deterministic;
-  p.query_blocks = (problem.seqlen_q + query_block_rows(padded_head_dim(problem.head_dim)) - 1) /
-                   query_block_rows(padded_head_dim(problem.head_dim));
+  if (const char* ablate = std::getenv("FLASHLAB_FA2_BWD_ABLATE")) p.ablate = std::atoi(ablate);
   p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
   p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);

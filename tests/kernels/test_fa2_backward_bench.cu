@@ -1,7 +1,7 @@
 // Timing of the FA2 backward kernel (kernels/03_fa2_backward.cu) on random bf16 data, in the
 // flash-attention FLOP convention (backward = 2.5 x forward = 2.5 x 4 b h s^2 d, halved when
 // causal). Medians of CUDA-event timings after a warm-up. Usage:
-//   test_fa2_backward_bench [total_tokens=16384] [--deterministic]
+//   test_fa2_backward_bench [total_tokens=16384] [--deterministic] [--seqlens 512,2048,...] [--hdims 64,128]
 // prints one line per (head_dim, causal, seqlen).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -56,14 +56,33 @@ int main(int argc, char** argv) {
   }
   int total_tokens = 16384;
   bool deterministic = false;
+  std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<int> head_dims = {64, 128};
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--deterministic") == 0) deterministic = true;
-    else total_tokens = std::atoi(argv[i]);
+    if (std::strcmp(argv[i], "--deterministic") == 0) {
+      deterministic = true;
+    } else if (std::strcmp(argv[i], "--hdims") == 0 && i + 1 < argc) {
+      head_dims.clear();
+      for (const char* text = argv[++i]; *text != 0;) {
+        char* end = nullptr;
+        head_dims.push_back(static_cast<int>(std::strtol(text, &end, 10)));
+        text = (*end == ',') ? end + 1 : end;
+      }
+    } else if (std::strcmp(argv[i], "--seqlens") == 0 && i + 1 < argc) {
+      seqlens.clear();
+      for (const char* text = argv[++i]; *text != 0;) {
+        char* end = nullptr;
+        seqlens.push_back(static_cast<int>(std::strtol(text, &end, 10)));
+        text = (*end == ',') ? end + 1 : end;
+      }
+    } else {
+      total_tokens = std::atoi(argv[i]);
+    }
   }
   std::printf("%-5s %-6s %-6s %-5s %-3s %10s %9s\n", "hdim", "causal", "seqlen", "batch", "h", "ms", "TFLOP/s");
-  for (int head_dim : {64, 128}) {
+  for (int head_dim : head_dims) {
     for (int causal = 0; causal < 2; ++causal) {
-      for (int seqlen : {512, 1024, 2048, 4096, 8192, 16384}) {
+      for (int seqlen : seqlens) {
         Problem problem;
         problem.batch = std::max(1, total_tokens / seqlen);
         problem.heads_q = problem.heads_kv = 2048 / head_dim;
