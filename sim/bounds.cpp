@@ -42,7 +42,8 @@ Bound lower_bound(const Problem& problem, std::int64_t sram_bytes) {
 Exponents theory_exponents(std::string_view schedule, double m_elements, double d) {
   const bool small_sram = m_elements < d * d;
   if (schedule == "standard" || schedule == "standard_backward") return {2, 0, 0};
-  if (schedule == "memory_efficient") return small_sram ? Exponents{2, -1, 2} : Exponents{2, -0.5, 1};
+  // Square chunks b: the working set 4 d b + 2 b^2 is linear in b up to M ~ 16 d^2.
+  if (schedule == "memory_efficient") return m_elements < 16 * d * d ? Exponents{2, -1, 2} : Exponents{2, -0.5, 1};
   if (schedule == "square_tiling") return small_sram ? Exponents{2, -0.5, 1} : Exponents{2, 0, 0};
   return {2, -1, 2};  // the FlashAttention family
 }

@@ -106,12 +106,22 @@ SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int s
   const MaskSpec mask = parse_mask(mask_text);
   const auto start = std::chrono::steady_clock::now();
   Problem problem = sweep_problem(grid, seqlen, head_dim, mask, {});
-  try {
-    point.blocks = derive_blocks(schedule, problem, sram_bytes);
-  } catch (const std::invalid_argument& error) {
-    point.fits = false;
-    point.reason = error.what();
-    return point;
+  const bool tiled = find_schedule(schedule).tiled;
+  if (!tiled) {
+    // Standard attention's softmax line holds whole rows of S and P (2 Br N elements), which no
+    // SRAM holds at large N: the baseline runs with d x d blocks (so Q, K, V are read O(1) times
+    // per N^2 element, as FA1 Theorem 2 assumes) and an unbounded arena; its traffic does not
+    // depend on M, and its SRAM peak is reported as counted.
+    point.blocks = {std::min(head_dim, seqlen), std::min(head_dim, seqlen)};
+    point.sram_unbounded = true;
+  } else {
+    try {
+      point.blocks = derive_blocks(schedule, problem, sram_bytes);
+    } catch (const std::invalid_argument& error) {
+      point.fits = false;
+      point.reason = error.what();
+      return point;
+    }
   }
   problem = sweep_problem(grid, seqlen, head_dim, mask, point.blocks);
   if (problem.block_sparsity.enabled()) {
@@ -120,7 +130,7 @@ SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int s
   }
   RunOptions options;
   options.memory = MemoryKind::shape;
-  options.sram_bytes = sram_bytes;
+  options.sram_bytes = tiled ? sram_bytes : 0;
   options.blocks = point.blocks;
   point.counters = run_schedule(schedule, problem, options).counters;
   const double heads = static_cast<double>(grid.batch) * grid.heads;
@@ -159,12 +169,13 @@ std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points) {
   std::vector<SweepFit> fits;
   for (const auto& [key, members] : groups) {
     const auto& [schedule, mask, variable, a, b] = key;
-    std::vector<double> x, y;
+    std::vector<double> x, y, bound;
     std::set<double> distinct;
     for (const SweepPoint* p : members) {
       const double value = variable == "N" ? p->seqlen : variable == "M" ? static_cast<double>(p->sram_bytes) : p->head_dim;
       x.push_back(value);
       y.push_back(static_cast<double>(p->counters.hbm_bytes()));
+      bound.push_back(p->bound.elements);
       distinct.insert(value);
     }
     if (distinct.size() < 3) continue;
@@ -174,11 +185,14 @@ std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points) {
     fit.variable = variable;
     fit.points = static_cast<int>(x.size());
     fit.exponent = fit_exponent(x, y);
-    // The theory's regime at the geometric middle of the group.
-    const SweepPoint& mid = *members[members.size() / 2];
-    const double m_elements = static_cast<double>(mid.sram_bytes) / element_bytes(mid.dtype);
-    const Exponents theory = theory_exponents(schedule, m_elements, mid.head_dim);
+    // The theory: the asymptotic exponent in the regime of the group's middle point, and the
+    // slope of the schedule's Theta bound over the same points (the two differ where a bound
+    // has two terms of comparable size, e.g. N d + N^2 d^2 s / M).
+    const SweepPoint& middle = *members[members.size() / 2];
+    const Exponents theory =
+        theory_exponents(schedule, static_cast<double>(middle.sram_bytes) / element_bytes(middle.dtype), middle.head_dim);
     fit.theory = variable == "N" ? theory.n : variable == "M" ? theory.m : theory.d;
+    fit.bound_slope = fit_exponent(x, bound);
     if (variable == "N") fit.fixed = {{"head_dim", a}, {"sram_bytes", b}};
     if (variable == "M") fit.fixed = {{"seqlen", a}, {"head_dim", b}};
     if (variable == "d") fit.fixed = {{"seqlen", a}, {"sram_bytes", b}};
@@ -199,6 +213,7 @@ nlohmann::json point_json(const SweepPoint& p, const Machine* machine) {
   j["block_rows"] = p.blocks.block_rows;
   j["block_cols"] = p.blocks.block_cols;
   j["kept_fraction"] = p.kept_fraction;
+  j["sram_unbounded"] = p.sram_unbounded;
   for (const char* field : {"hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements", "matmul_flops", "exponentials",
                             "other_flops", "sram_peak_bytes"}) {
     j[field] = counters[field];
@@ -222,7 +237,8 @@ nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint
   json["fits"] = nlohmann::json::array();
   for (const SweepFit& f : fits) {
     json["fits"].push_back({{"schedule", f.schedule}, {"mask", f.mask}, {"variable", f.variable}, {"fixed", f.fixed},
-                            {"points", f.points}, {"exponent", f.exponent}, {"theory", f.theory}});
+                            {"points", f.points}, {"exponent", f.exponent}, {"theory", f.theory},
+                            {"bound_slope", f.bound_slope}});
   }
   return json;
 }
@@ -256,4 +272,16 @@ std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* m
   return csv.str();
 }
 
+}  // namespace flashlab::sim
+
+namespace flashlab::sim {
+void print_fits(std::ostream& out, const std::vector<SweepFit>& fits) {
+  out << "fitted log-log exponents of HBM bytes (theory in brackets)\n";
+  for (const SweepFit& f : fits) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-18s %-10s in %s at %-36s %6.3f  [%5.2f]  (%d points)\n", f.schedule.c_str(), f.mask.c_str(),
+                  f.variable.c_str(), f.fixed.dump().c_str(), f.exponent, f.theory, f.points);
+    out << line;
+  }
+}
 }  // namespace flashlab::sim

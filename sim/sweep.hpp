@@ -6,18 +6,21 @@
 //    "machine": <preset> | null, "dtype": "bf16", "batch": 1, "heads": 1,
 //    "points": [{"schedule", "mask", "seqlen", "head_dim", "sram_bytes", "m_elements",
 //                "status": "ok" | "does_not_fit", "reason" (does_not_fit only),
-//                "block_rows", "block_cols", "kept_fraction",
+//                "block_rows", "block_cols", "kept_fraction", "sram_unbounded",
 //                "hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements",
 //                "matmul_flops", "exponentials", "other_flops", "sram_peak_bytes",
 //                "bound": {"formula", "source", "elements"}, "lower_bound_elements",
 //                "counted_over_bound", "roofline": {...} (with a machine), "seconds"}],
 //    "fits": [{"schedule", "mask", "variable": "N" | "M" | "d", "fixed": {...},
-//              "points", "exponent", "theory"}]}
+//              "points", "exponent", "theory", "bound_slope"}]}   theory: the asymptotic
+//              exponent in the regime of the group's middle point; bound_slope: the slope of the
+//              schedule's Theta bound (bounds.hpp) fitted over the same points
 // CSV: one row per point, the scalar columns above in that order, after a "# " comment line
 // holding the schema name and the command.
 #pragma once
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,7 @@ struct SweepPoint {
   std::int64_t sram_bytes = 0;
   DType dtype = DType::bf16;
   bool fits = true;
+  bool sram_unbounded = false;  // standard attention: 64 x 64 blocks, arena unbounded (see count_point)
   std::string reason;  // why it does not fit
   BlockSizes blocks;
   double kept_fraction = 1;
@@ -70,7 +74,9 @@ struct SweepFit {
   std::string schedule, mask, variable;  // variable: "N", "M" or "d"
   nlohmann::json fixed;                  // the other two variables' values
   int points = 0;
-  double exponent = 0, theory = 0;
+  double exponent = 0;     // fitted to the counted HBM bytes
+  double theory = 0;       // the asymptotic exponent (bounds.hpp: theory_exponents) in the group's regime
+  double bound_slope = 0;  // the slope of the schedule's Theta bound over the same points
 };
 
 // The problem of one grid point (mask applied; block sparsity at the given tile granularity).
@@ -90,4 +96,9 @@ nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint
                              const Machine* machine, const std::string& command);
 std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine, const std::string& command);
 
+}  // namespace flashlab::sim
+
+namespace flashlab::sim {
+// A table of fitted exponents next to the theory's.
+void print_fits(std::ostream& out, const std::vector<SweepFit>& fits);
 }  // namespace flashlab::sim

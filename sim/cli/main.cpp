@@ -1,0 +1,460 @@
+// flashlab: the IO simulator's command line.
+//
+//   flashlab run --schedule fa2 --seqlen 4096 --head-dim 128 --sram 228K   one run: counters (+ error vs the oracle with --data)
+//   flashlab check                                                         every CPU schedule vs the double oracle
+//   flashlab sweep --schedules fa1,fa2 --seqlens 1024,2048 --head-dims 64 --sram 64K,128K --json s.json --csv s.csv
+//   flashlab trace --schedule fa2 --seqlen 128 --head-dim 16 --sram 8K --out fa2.json
+//   flashlab machines                                                      the presets and their sources
+//   flashlab experiment --out-dir out                                      the README's default experiment
+//   flashlab figure2                                                       FA1 Figure 2's HBM column (GPT-2 medium, A100)
+//
+// Bad input (unknown schedule or machine, malformed JSON, sizes out of range, M below the smallest
+// working set): one line on stderr naming the problem, exit status 2, no output file written.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "algorithms/00_oracle.hpp"
+#include "sim/bounds.hpp"
+#include "sim/check.hpp"
+#include "sim/closed_forms.hpp"
+#include "sim/experiment.hpp"
+#include "sim/machines.hpp"
+#include "sim/report.hpp"
+#include "sim/schedules.hpp"
+#include "sim/sweep.hpp"
+#include "sim/trace.hpp"
+
+using namespace flashlab;
+using namespace flashlab::sim;
+
+namespace {
+
+// A problem the user gave, an error in it is bad input (exit 2).
+struct BadInput : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// Writes a whole file or nothing: to a temporary name first, renamed when complete.
+void write_file(const std::string& path, const std::string& content) {
+  const std::string temporary = path + ".partial-" + std::to_string(::getpid());
+  {
+    std::ofstream file(temporary, std::ios::binary);
+    if (!file) throw BadInput("output file " + path + " cannot be written");
+    file << content;
+    if (!file.flush()) {
+      std::filesystem::remove(temporary);
+      throw BadInput("output file " + path + " cannot be written");
+    }
+  }
+  std::filesystem::rename(temporary, path);
+}
+
+// Fails early, before any work, when an output path's directory does not exist.
+void require_writable(const std::string& path) {
+  if (path.empty()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
+    throw BadInput("output file " + path + ": directory " + parent.string() + " does not exist");
+  }
+}
+
+std::string command_line(int argc, char** argv) {
+  std::string text;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.find_first_of(" \t'\"") != std::string::npos) arg = "'" + arg + "'";
+    text += (i ? " " : "") + arg;
+  }
+  return text;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ',')) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+std::vector<int> split_ints(const std::string& text, const char* what) {
+  std::vector<int> values;
+  for (const std::string& part : split(text)) {
+    std::size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::logic_error&) {
+      used = 0;
+    }
+    if (used != part.size() || used == 0) throw BadInput(std::string(what) + " '" + part + "' is not an integer");
+    values.push_back(value);
+  }
+  if (values.empty()) throw BadInput(std::string(what) + ": no values given");
+  return values;
+}
+
+// The problem options shared by run, trace and figure-like commands.
+struct ProblemOptions {
+  int batch = 1, heads = 1, heads_kv = 0, seqlen = 1024, seqlen_k = 0, head_dim = 64, head_dim_v = 0;
+  bool causal = false, top_left = false;
+  int window_left = -1, window_right = -1;
+  std::string dtype = "fp32";
+  std::string sram;      // "228K"
+  std::string machine;   // preset key or path
+  int block_rows = 0, block_cols = 0, splits = 0;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--batch", batch, "batch size");
+    app.add_option("--heads", heads, "query heads");
+    app.add_option("--heads-kv", heads_kv, "key/value heads (default: --heads; GQA/MQA when fewer)");
+    app.add_option("--seqlen,-n", seqlen, "sequence length N (queries)");
+    app.add_option("--seqlen-k", seqlen_k, "key length (default: --seqlen)");
+    app.add_option("--head-dim,-d", head_dim, "head dimension d");
+    app.add_option("--head-dim-v", head_dim_v, "value head dimension (default: d)");
+    app.add_flag("--causal", causal, "causal mask (bottom-right aligned)");
+    app.add_flag("--top-left", top_left, "align the causal mask to the top-left corner");
+    app.add_option("--window-left", window_left, "sliding window: keys to the left (-1: unbounded)");
+    app.add_option("--window-right", window_right, "sliding window: keys to the right (-1: unbounded)");
+    app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default fp32; a machine preset sets its own)");
+    app.add_option("--sram,-M", sram, "SRAM size M in bytes, K/M suffixes allowed (228K); default: the machine's");
+    app.add_option("--machine", machine, "machine preset key (flashlab machines) or a preset .json path");
+    app.add_option("--block-rows", block_rows, "explicit Br (query rows per block)");
+    app.add_option("--block-cols", block_cols, "explicit Bc (keys per block)");
+    app.add_option("--splits", splits, "split_kv: number of KV chunks (default 4)");
+  }
+
+  Problem problem(const Machine* preset, bool dtype_given) const {
+    Problem p;
+    p.batch = batch;
+    p.heads_q = heads;
+    p.heads_kv = heads_kv > 0 ? heads_kv : heads;
+    p.seqlen_q = seqlen;
+    p.seqlen_k = seqlen_k > 0 ? seqlen_k : seqlen;
+    p.head_dim = head_dim;
+    p.head_dim_v = head_dim_v;
+    p.mask.causal = causal;
+    p.mask.alignment = top_left ? CausalAlignment::top_left : CausalAlignment::bottom_right;
+    p.mask.window_left = window_left;
+    p.mask.window_right = window_right;
+    p.dtype = preset && !dtype_given ? preset->dtype : dtype_from_string(dtype);
+    p.validate();
+    return p;
+  }
+  RunOptions run_options(const Machine* preset) const {
+    RunOptions options;
+    options.sram_bytes = !sram.empty() ? parse_bytes(sram) : preset ? preset->sram_bytes : 0;
+    if (block_rows > 0 || block_cols > 0) {
+      options.blocks = {block_rows > 0 ? block_rows : block_cols, block_cols > 0 ? block_cols : block_rows, splits};
+    } else if (options.sram_bytes == 0) {
+      throw BadInput("give the SRAM size (--sram 228K), a --machine, or --block-rows/--block-cols");
+    }
+    if (splits < 0) throw BadInput("--splits = " + std::to_string(splits) + "; allowed: >= 1 (0: 4)");
+    if (splits > 0 && !options.blocks.given()) {
+      // split count with derived block sizes: carried through the block sizes' num_splits
+      options.blocks.num_splits = splits;
+    }
+    return options;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool dtype_given, const std::string& json_path,
+                const std::string& command) {
+  require_writable(json_path);
+  std::optional<Machine> machine;
+  if (!po.machine.empty()) machine = find_machine(po.machine);
+  const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
+  RunOptions options = po.run_options(machine ? &*machine : nullptr);
+  find_schedule(schedule);
+  if (options.blocks.num_splits > 0 && !options.blocks.given()) {
+    const int splits = options.blocks.num_splits;
+    options.blocks = derive_blocks(schedule, problem, options.sram_bytes);
+    options.blocks.num_splits = splits;
+  }
+  options.memory = data ? MemoryKind::data : MemoryKind::shape;
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult result = run_schedule(schedule, problem, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const ScheduleInfo& info = find_schedule(schedule);
+
+  std::cout << schedule << " (" << info.paper << ", " << info.source << "): " << info.description << "\n";
+  std::cout << "problem: batch " << problem.batch << ", heads " << problem.heads_q << "/" << problem.heads_kv << ", N "
+            << problem.seqlen_q << " x " << problem.seqlen_k << ", d " << problem.head_dim << "/" << problem.value_dim()
+            << ", " << to_string(problem.dtype) << (problem.mask.causal ? ", causal" : "") << "\n";
+  std::cout << "SRAM M = " << options.sram_bytes << " B (" << options.sram_bytes / element_bytes(problem.dtype)
+            << " elements); blocks Br " << result.blocks.block_rows << ", Bc " << result.blocks.block_cols << "; "
+            << to_string(options.memory) << " model, " << result.heads_run << " of " << result.heads_total
+            << " heads run, " << std::setprecision(3) << seconds << " s\n\n";
+  print_counters(std::cout, result.counters);
+  const Counters expected = closed_form(schedule, problem, result.blocks, options.sram_bytes);
+  const bool exact = expected.tensor == result.counters.tensor;
+  std::cout << "closed form     " << human_bytes(static_cast<double>(expected.hbm_bytes()))
+            << (exact ? " (equal, per tensor)" : " (DIFFERS)") << "\n";
+  const Bound bound = schedule_bound(schedule, problem, options.sram_bytes);
+  const double heads = static_cast<double>(problem.batch) * problem.heads_q;
+  std::cout << "bound           " << bound.formula << " (" << bound.source << ") = " << std::setprecision(4)
+            << bound.elements * heads << " elements; counted / bound = "
+            << static_cast<double>(hbm_elements(result.counters)) / (bound.elements * heads) << "\n";
+  nlohmann::json json{{"format", "flashlab-run"}, {"version", 1}, {"command", command}, {"schedule", schedule},
+                      {"blocks", to_json(result.blocks)}, {"sram_bytes", options.sram_bytes},
+                      {"memory", to_string(options.memory)}, {"counters", to_json(result.counters)},
+                      {"closed_form_equal", exact}, {"seconds", seconds}};
+  if (machine) {
+    const Roofline r = roofline(result.counters, *machine);
+    std::cout << "roofline        " << std::setprecision(3) << r.seconds * 1e3 << " ms on " << machine->key << ", bound by "
+              << r.bound_by << " (HBM " << r.hbm_seconds * 1e3 << " ms, matmul " << r.matmul_seconds * 1e3 << " ms, exp "
+              << r.exp_seconds * 1e3 << " ms, other " << r.other_seconds * 1e3 << " ms)\n";
+    json["roofline"] = to_json(r);
+    json["machine"] = machine->key;
+  }
+  if (data) {
+    const OracleResult oracle = info.pass == Pass::backward ? oracle_attention(problem, result.tensors, &result.tensors.dO)
+                                                            : oracle_attention(problem, result.tensors);
+    std::cout << "error vs oracle ";
+    if (info.pass == Pass::backward) {
+      const double dq = max_error(result.tensors.dQ, oracle.dQ), dk = max_error(result.tensors.dK, oracle.dK),
+                   dv = max_error(result.tensors.dV, oracle.dV);
+      std::cout << "dQ " << dq << ", dK " << dk << ", dV " << dv << "\n";
+      json["errors"] = {{"dQ", dq}, {"dK", dk}, {"dV", dv}};
+    } else {
+      const double o = max_error(result.tensors.O, oracle.O), lse = max_error(result.tensors.LSE, oracle.LSE);
+      std::cout << "O " << o << ", LSE " << lse << "\n";
+      json["errors"] = {{"O", o}, {"LSE", lse}};
+    }
+  }
+  if (!json_path.empty()) write_file(json_path, json.dump(2) + "\n");
+  return exact ? 0 : 1;
+}
+
+int command_check(const std::string& sram, std::uint64_t seed) {
+  const std::int64_t sram_bytes = parse_bytes(sram);
+  const Problem problem = default_check_problem();
+  std::cout << "check: every CPU schedule against the double-precision oracle\n"
+            << "problem: batch 2, heads 4/2 (GQA), N 113 x 203, d 59, fp32, no mask; M = " << sram_bytes
+            << " B; seed " << seed << "\n\n";
+  std::cout << std::left << std::setw(26) << "schedule" << std::setw(31) << "paper" << std::setw(10) << "Br x Bc"
+            << std::setw(12) << "HBM" << "max error vs oracle\n";
+  bool all = true;
+  for (const CheckRow& row : check_all(problem, sram_bytes, seed)) {
+    std::ostringstream blocks, errors;
+    blocks << row.blocks.block_rows << "x" << row.blocks.block_cols;
+    for (const auto& [name, error] : row.errors) errors << name << " " << std::setprecision(2) << std::scientific << error << "  ";
+    std::cout << std::left << std::setw(26) << row.schedule << std::setw(31) << row.paper << std::setw(10) << blocks.str()
+              << std::setw(12) << human_bytes(static_cast<double>(row.hbm_bytes)) << errors.str()
+              << (row.passed() ? "ok" : "FAILED") << "\n";
+    all = all && row.passed();
+  }
+  std::cout << "\n" << (all ? "all schedules within " : "some schedules outside ") << "1e-4 (outputs) / 3e-4 (gradients)\n";
+  return all ? 0 : 1;
+}
+
+int command_sweep(const std::string& schedules_text, const std::string& seqlens, const std::string& head_dims,
+                  const std::string& srams, const std::string& masks, const std::string& dtype, const std::string& machine_key,
+                  const std::string& json_path, const std::string& csv_path, const std::string& command) {
+  require_writable(json_path);
+  require_writable(csv_path);
+  std::optional<Machine> machine;
+  if (!machine_key.empty()) machine = find_machine(machine_key);
+  SweepGrid grid;
+  grid.schedules = split(schedules_text == "all" ? schedule_names(",") : schedules_text);
+  grid.seqlens = split_ints(seqlens, "seqlen");
+  grid.head_dims = split_ints(head_dims, "head dim");
+  if (srams.empty() && !machine) throw BadInput("give --sram sizes or a --machine");
+  if (srams.empty()) grid.sram_bytes = {machine->sram_bytes};
+  for (const std::string& size : split(srams)) grid.sram_bytes.push_back(parse_bytes(size));
+  grid.masks = split(masks);
+  grid.dtype = !dtype.empty() ? dtype_from_string(dtype) : machine ? machine->dtype : DType::bf16;
+  grid.validate();
+  const bool terminal = ::isatty(2);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<SweepPoint> points = run_sweep(grid, [&](std::size_t done, std::size_t total) {
+    if (terminal) std::cerr << "\rsweep: " << done << "/" << total << " points" << (done == total ? "\n" : "") << std::flush;
+  });
+  const std::vector<SweepFit> fits = fit_sweep(points);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  print_fits(std::cout, fits);
+  std::cout << points.size() << " points in " << std::setprecision(3) << seconds << " s\n";
+  if (!json_path.empty()) write_file(json_path, sweep_to_json(grid, points, fits, machine ? &*machine : nullptr, command).dump(1) + "\n");
+  if (!csv_path.empty()) write_file(csv_path, sweep_to_csv(points, machine ? &*machine : nullptr, command));
+  return 0;
+}
+
+int command_trace(ProblemOptions& po, const std::string& schedule, bool dtype_given, const std::string& out,
+                  std::size_t max_events, std::int64_t value_limit) {
+  if (out.empty()) throw BadInput("--out: the trace file to write is required");
+  require_writable(out);
+  find_schedule(schedule);
+  std::optional<Machine> machine;
+  if (!po.machine.empty()) machine = find_machine(po.machine);
+  const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
+  if (problem.batch * problem.heads_q != 1) throw BadInput("trace: one head only; allowed: --batch 1 --heads 1");
+  RunOptions options = po.run_options(machine ? &*machine : nullptr);
+  options.memory = MemoryKind::data;
+  TraceRecorder recorder(max_events, value_limit);
+  options.trace = &recorder;
+  const RunResult result = run_schedule(schedule, problem, options);
+  TraceInfo info;
+  info.schedule = schedule;
+  info.seqlen_q = problem.seqlen_q;
+  info.seqlen_k = problem.seqlen_k;
+  info.head_dim = problem.head_dim;
+  info.head_dim_v = problem.value_dim();
+  info.dtype = problem.dtype;
+  info.mask = problem.mask;
+  info.sram_capacity_bytes = options.sram_bytes;
+  info.block_rows = result.blocks.block_rows;
+  info.block_cols = result.blocks.block_cols;
+  const Trace trace = recorder.finish(info);  // TraceOverflow when the bound was hit: no file
+  write_file(out, trace_to_json_text(trace) + "\n");
+  std::cout << "trace of " << schedule << ": " << trace.events.size() << " events, HBM "
+            << human_bytes(static_cast<double>(result.counters.hbm_bytes())) << " -> " << out << "\n";
+  return 0;
+}
+
+int command_machines(bool as_json) {
+  const std::vector<Machine> machines = load_machines();
+  if (as_json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const Machine& m : machines) list.push_back(to_json(m));
+    std::cout << list.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "machine presets in " << machines_directory() << "\n";
+  std::cout << std::left << std::setw(11) << "key" << std::right << std::setw(10) << "SRAM/block" << std::setw(12) << "HBM"
+            << std::setw(14) << "matmul" << std::setw(12) << "exp" << std::setw(12) << "FP32" << "  dtype  name\n";
+  for (const Machine& m : machines) {
+    std::ostringstream hbm, matmul, exp, fp32;
+    hbm << std::setprecision(3) << m.hbm_bytes_per_second / 1e12 << " TB/s";
+    matmul << std::setprecision(4) << m.matmul_flops_per_second / 1e12 << " TF/s";
+    exp << std::setprecision(3) << m.exp_per_second / 1e12 << " T/s";
+    fp32 << std::setprecision(3) << m.fp32_flops_per_second / 1e12 << " TF/s";
+    std::cout << std::left << std::setw(11) << m.key << std::right << std::setw(8) << m.sram_bytes / 1024 << " K"
+              << std::setw(12) << hbm.str() << std::setw(14) << matmul.str() << std::setw(12) << exp.str() << std::setw(12)
+              << fp32.str() << "  " << std::left << std::setw(7) << to_string(m.dtype) << m.name << "\n";
+  }
+  std::cout << "\nsources:\n";
+  for (const Machine& m : machines) {
+    std::cout << "  " << m.key << ": SRAM: " << m.sram_source << "; HBM: " << m.hbm_source << "; matmul: " << m.matmul_source
+              << "; exp: " << m.exp_source << "; FP32: " << m.fp32_source << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashlab: the FlashAttention IO simulator (counts HBM/SRAM traffic of every schedule)"};
+  app.require_subcommand(1);
+  const std::string command = command_line(argc, argv);
+
+  std::string schedule = "fa2", json_path, csv_path, out, dtype_text;
+  bool data = false;
+  ProblemOptions run_problem, trace_problem;
+  CLI::App* run = app.add_subcommand("run", "run one schedule on one problem: counters, closed form, bound (+ error vs the oracle with --data)");
+  run->add_option("--schedule,-s", schedule, "schedule name (" + schedule_names() + ")");
+  run->add_flag("--data", data, "run on random data (DataMemory) and compare with the oracle; default: shape-only");
+  run->add_option("--json", json_path, "write the result as JSON");
+  run_problem.add_to(*run);
+
+  std::string check_sram = "64K";
+  std::uint64_t seed = 2024;
+  CLI::App* check = app.add_subcommand("check", "every CPU schedule on the default problem: max error against the double oracle");
+  check->add_option("--sram,-M", check_sram, "SRAM size M the block sizes are derived from (default 64K)");
+  check->add_option("--seed", seed, "seed of the random inputs");
+
+  std::string sweep_schedules = "standard,fa1,fa2", seqlens = "1024,2048,4096", head_dims = "64", srams, masks = "none",
+              machine_key;
+  CLI::App* sweep = app.add_subcommand("sweep", "a grid of schedules x N x d x M x mask, counted shape-only, to JSON and CSV");
+  sweep->add_option("--schedules", sweep_schedules, "comma-separated schedule names, or 'all'");
+  sweep->add_option("--seqlens", seqlens, "comma-separated N");
+  sweep->add_option("--head-dims", head_dims, "comma-separated d");
+  sweep->add_option("--sram", srams, "comma-separated M in bytes (K/M suffixes); default: the machine's");
+  sweep->add_option("--masks", masks, "comma-separated: none, causal, window:W, sparse:S");
+  sweep->add_option("--dtype", dtype_text, "fp32, fp16 or bf16 (default: the machine's, else bf16)");
+  sweep->add_option("--machine", machine_key, "machine preset for the roofline time");
+  sweep->add_option("--json", json_path, "write every point and the fits as JSON (schema: sim/sweep.hpp)");
+  sweep->add_option("--csv", csv_path, "write every point as CSV");
+
+  std::size_t max_events = TraceRecorder::kDefaultMaxEvents;
+  std::int64_t value_limit = 4096;
+  CLI::App* trace = app.add_subcommand("trace", "record one head's events (load, store, compute, softmax state) to a trace JSON");
+  trace->add_option("--schedule,-s", schedule, "schedule name");
+  trace->add_option("--out,-o", out, "the trace file to write");
+  trace->add_option("--max-events", max_events, "bound on recorded events (a larger run fails, never truncates)");
+  trace->add_option("--value-elements", value_limit, "S and P tiles up to this many elements keep their values");
+  trace_problem.seqlen = 128;
+  trace_problem.head_dim = 16;
+  trace_problem.add_to(*trace);
+
+  bool as_json = false;
+  CLI::App* machines = app.add_subcommand("machines", "list the machine presets and their sources");
+  machines->add_flag("--json", as_json, "print the presets as JSON");
+
+  std::string out_dir = ".";
+  CLI::App* experiment = app.add_subcommand("experiment", "the default experiment: sweep on the embedded H100, table, fits, Saha-Ye crossover, JSON");
+  experiment->add_option("--out-dir", out_dir, "directory for experiment.json");
+  experiment->add_option("--machine", machine_key, "a preset instead of the embedded H100");
+
+  CLI::App* figure2 = app.add_subcommand("figure2", "FA1 Figure 2's HBM column: GPT-2 medium forward + backward on an A100");
+  figure2->add_option("--json", json_path, "write the table as JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    if (error.get_exit_code() == 0) return app.exit(error);
+    std::cerr << "flashlab: " << error.what() << "\n";
+    return 2;
+  }
+  try {
+    if (*run) return command_run(run_problem, schedule, data, run->count("--dtype") > 0, json_path, command);
+    if (*check) return command_check(check_sram, seed);
+    if (*sweep) {
+      return command_sweep(sweep_schedules, seqlens, head_dims, srams, masks, dtype_text, machine_key, json_path, csv_path, command);
+    }
+    if (*trace) return command_trace(trace_problem, schedule, trace->count("--dtype") > 0, out, max_events, value_limit);
+    if (*machines) return command_machines(as_json);
+    if (*experiment) {
+      const Machine machine = machine_key.empty() ? default_machine() : find_machine(machine_key);
+      if (!std::filesystem::is_directory(out_dir)) throw BadInput("--out-dir " + out_dir + " is not a directory");
+      const ExperimentResult result = run_experiment(machine, std::cout);
+      const std::string path = (std::filesystem::path(out_dir) / "experiment.json").string();
+      write_file(path, experiment_to_json(result, command).dump(1) + "\n");
+      std::cout << "wrote " << path << "\n";
+      return 0;
+    }
+    if (*figure2) {
+      require_writable(json_path);
+      const nlohmann::json table = run_figure2(find_machine("a100"), std::cout);
+      if (!json_path.empty()) write_file(json_path, nlohmann::json{{"command", command}, {"figure2", table}}.dump(2) + "\n");
+      return 0;
+    }
+  } catch (const std::invalid_argument& error) {
+    std::cerr << "flashlab: " << error.what() << "\n";
+    return 2;
+  } catch (const SramOverflow& error) {
+    std::cerr << "flashlab: " << error.what() << "\n";
+    return 2;
+  } catch (const TraceOverflow& error) {
+    std::cerr << "flashlab: " << error.what() << "\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "flashlab: internal error: " << error.what() << "\n";
+    return 3;
+  }
+  return 0;
+}
