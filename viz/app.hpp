@@ -46,6 +46,7 @@ struct AppState {
   StepUnit unit = StepUnit::line;
   char trace_path[512] = "trace.json";
   std::string message;    // the last error or note, shown in the controls
+  bool stale = false;     // the controls changed since the traces were recorded
   bool relayout = true;   // place the windows again (first frame, compare toggled, resize)
   ImVec2 last_display{0, 0};
 };

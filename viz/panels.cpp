@@ -171,6 +171,8 @@ void set_lane_trace(Lane& lane, Trace trace, std::optional<Counters> counted) {
 
 void run_lanes(AppState& app) {
   app.playing = false;
+  app.message.clear();
+  app.stale = false;
   for (int i = 0; i < (app.compare ? 2 : 1); ++i) {
     Lane& lane = app.lanes[i];
     RecordRequest request = app.request;
@@ -357,7 +359,7 @@ void ShowControls(AppState& app, bool* open) {
       app.message = error.what();
     }
   }
-  (void)changed;
+  if (changed) app.stale = true;
 
   // Row 3: playback.
   Lane& lead = app.lanes[0];
@@ -389,7 +391,9 @@ void ShowControls(AppState& app, bool* open) {
     lead.cursor.seek(static_cast<std::size_t>(position));
 
   // Row 4: what just happened, or the last message.
-  if (!app.message.empty()) {
+  if (app.stale) {
+    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.4f, 1.0f), "The problem or tiling changed: press Run to record it.");
+  } else if (!app.message.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, IM_COL32(255, 200, 110, 255));
     ImGui::TextUnformatted(app.message.c_str());
     ImGui::PopStyleColor();
