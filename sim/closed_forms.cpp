@@ -418,8 +418,9 @@ std::int64_t working_set(std::string_view schedule, const Problem& p, const Bloc
     return std::max(e * (r * d + c * (d + dv) + 2 * r * c + r * dv) + 2 * f * r,
                     e * (r * d + r * dv) + f * r * dv + 5 * f * r);
   }
-  if (schedule == "square_tiling") {
+  if (schedule == "square_tiling") {  // square tiles: B rows, B keys, B-wide slices of d and dv
     const std::int64_t t = std::min<std::int64_t>(b.block_rows, d), w = std::min<std::int64_t>(b.block_rows, dv);
+    const std::int64_t c = std::min<std::int64_t>(b.block_rows, nk);
     return std::max({e * (r * c + r * t + c * t) + 2 * f * r,  // S_ij, Q_{i,t}, K_{j,t}; l, zeros
                      2 * e * r * c + 3 * f * r,                // S_ij, A_ij; l, zeros, rowsum(A)
                      e * (r * w + r * c + c * w)});            // O_ic, A_ij, V_{j,c}
