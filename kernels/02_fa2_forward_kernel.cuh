@@ -68,15 +68,31 @@ template <typename T, int kHeadDim, int kRows, int kThreads, int kRowStride>
 __device__ __forceinline__ void load_tile_async(T* shared, const T* global, std::int64_t row_stride, int rows_valid,
                                                 int head_dim) {
   constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
+  static_assert((kRows * kChunksPerRow) % kThreads == 0, "tile chunks must divide among the threads");
+  if constexpr (kThreads % kChunksPerRow != 0) {
+    // Head dims whose rows do not divide among the threads (96, 160, 192, 224): chunk by chunk.
 #pragma unroll
-  for (int i = 0; i < kChunks / kThreads; ++i) {
-    const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
-    const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-    const bool valid = row < rows_valid && col < head_dim;
-    const T* source = valid ? global + row * row_stride + col : global;
-    cp_async_16(shared_address(shared + row * kRowStride + col), source, valid);
+    for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
+      const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
+      const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+      const bool valid = row < rows_valid && col < head_dim;
+      cp_async_16(shared_address(shared + row * kRowStride + col), valid ? global + row * row_stride + col : global, valid);
+    }
+    return;
+  }
+  constexpr int kRowsPerPass = kThreads % kChunksPerRow == 0 ? kThreads / kChunksPerRow : 1;
+  // One pointer walked down the rows (not one 64-bit offset per pass held across the key loop).
+  const int row0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = (static_cast<int>(threadIdx.x) % kChunksPerRow) * 8;
+  const T* source = global + row0 * row_stride + col;
+  const std::int64_t step = kRowsPerPass * row_stride;
+  const std::uint32_t destination = shared_address(shared + row0 * kRowStride + col);
+  const bool col_valid = col < head_dim;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const bool valid = col_valid && row0 + pass * kRowsPerPass < rows_valid;
+    cp_async_16(destination + pass * kRowsPerPass * kRowStride * static_cast<int>(sizeof(T)), valid ? source : global,
+                valid);
+    source += step;
   }
 }
 
@@ -233,20 +249,28 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
     // Only blocks that cross the mask's edge or the end of the keys are masked element-wise.
     const int key0 = n_block * kBlockN;
     if (!mask.block_full(row_begin, row_last, key0, key0 + kBlockN)) {
+      // Each row's visible keys are one interval [low, high]: two compares per score.
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+        for (int r = 0; r < 2; ++r) {
+          const int diagonal = row_begin + warp_row0 + mt * 16 + g + 8 * r + mask.offset;
+          const int high = mask.right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, diagonal + mask.right);
+          const int low = mask.left < 0 ? 0 : diagonal - mask.left;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row_begin + warp_row0 + mt * 16 + g + (e / 2) * 8;
-            const int col = key0 + nt * 8 + 2 * t + (e % 2);
-            if (!mask.visible(row, col)) acc_s[mt][nt][e] = -INFINITY;
-          }
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = key0 + nt * 8 + 2 * t + e;
+              if (col > high || col < low) acc_s[mt][nt][2 * r + e] = -INFINITY;
+            }
+        }
     }
 
     // Lines 9-10: the online softmax in base 2, scale folded into one FFMA; the running sum
     // stays per thread until the end (the quad reduces it once).
+    float corrections[kMTiles][2];
+    bool any_correction = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -268,34 +292,48 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
           sum += acc_s[mt][nt][2 * r] + acc_s[mt][nt][2 * r + 1];
         }
         row_sum[mt][r] = row_sum[mt][r] * correction + sum;
+        corrections[mt][r] = correction;
+        any_correction = any_correction || correction != 1.f;
+      }
+    // The rescale of O (line 10's diag(e^(m_old - m_new))) is skipped when no row of the warp
+    // raised its maximum: after the first few blocks that is most blocks, and it saves a
+    // multiply per output element per block.
+    if (__any_sync(0xffffffffu, any_correction)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
-          acc_o[mt][dt][2 * r] *= correction;
-          acc_o[mt][dt][2 * r + 1] *= correction;
+          acc_o[mt][dt][0] *= corrections[mt][0];
+          acc_o[mt][dt][1] *= corrections[mt][0];
+          acc_o[mt][dt][2] *= corrections[mt][1];
+          acc_o[mt][dt][3] *= corrections[mt][1];
         }
-      }
+    }
 
     // Line 10: O += P V_j, P straight from the accumulators (the C layout of two n8 tiles is the
-    // A layout of one k16 step), V transposed by ldmatrix.
+    // A layout of one k16 step), packed to 16 bits at once so the fp32 scores die here; V is
+    // transposed by ldmatrix.
+    std::uint32_t p_packed[kMTiles][kBlockN / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        p_packed[mt][kk][0] = pack2<T>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        p_packed[mt][kk][1] = pack2<T>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        p_packed[mt][kk][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        p_packed[mt][kk][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
     const T* v_tile = v_shared + stage * kBlockN * kStride;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      std::uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = pack2<T>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-        a[mt][1] = pack2<T>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-        a[mt][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
-      }
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         std::uint32_t b[4];
         ldmatrix_x4_trans(b, shared_address(v_tile + (kk * 16 + a_row) * kStride + dp * 16 + a_col));
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          mma_16816<T>(acc_o[mt][2 * dp], a[mt], b[0], b[1]);
-          mma_16816<T>(acc_o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          mma_16816<T>(acc_o[mt][2 * dp], p_packed[mt][kk], b[0], b[1]);
+          mma_16816<T>(acc_o[mt][2 * dp + 1], p_packed[mt][kk], b[2], b[3]);
         }
       }
     }
@@ -303,6 +341,9 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
   cp_async_wait<0>();
 
   // Lines 12-13: one normalisation, O and LSE written (a row that saw no key: O = 0, LSE = -inf).
+  // O goes through this warp's own rows of the Q tile in shared memory (no other warp reads
+  // them), so the stores to HBM are 16 bytes wide and coalesced.
+  T* o_tile = q_shared;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -312,21 +353,24 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inverse = sum > 0.f ? 1.f / sum : 0.f;
       const int row = warp_row0 + mt * 16 + g + 8 * r;
-      if (row_begin + row < seqlen_q) {
-        T* o_row = o + row * p.o_row_stride;
 #pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) {
-          const int col = dt * 8 + 2 * t;
-          if (col < p.head_dim) {
-            *reinterpret_cast<std::uint32_t*>(o_row + col) =
-                pack2<T>(acc_o[mt][dt][2 * r] * inverse, acc_o[mt][dt][2 * r + 1] * inverse);
-          }
-        }
-        if (t == 0) {
-          lse[row * p.lse_row_stride] = sum > 0.f ? (row_max[mt][r] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
-        }
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        *reinterpret_cast<std::uint32_t*>(o_tile + row * kStride + dt * 8 + 2 * t) =
+            pack2<T>(acc_o[mt][dt][2 * r] * inverse, acc_o[mt][dt][2 * r + 1] * inverse);
+      }
+      if (t == 0 && row_begin + row < seqlen_q) {
+        lse[row * p.lse_row_stride] = sum > 0.f ? (row_max[mt][r] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
       }
     }
+  __syncwarp();
+  constexpr int kChunksPerRow = kHeadDim / 8, kWarpRows = 16 * kMTiles;
+#pragma unroll
+  for (int i = lane; i < kWarpRows * kChunksPerRow; i += 32) {
+    const int row = warp_row0 + i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+    if (row_begin + row < seqlen_q && col < p.head_dim) {
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = *reinterpret_cast<const uint4*>(o_tile + row * kStride + col);
+    }
+  }
 #else
   (void)p;
   __trap();

@@ -3,7 +3,7 @@
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests bench
-# (forward and backward) bench-fwd ncu sanitize (default: build tests bench)
+# (forward and backward) bench-fwd example ncu sanitize (default: build tests bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -19,6 +19,11 @@ step_build() {
   cmake --build $BUILD --target test_kernels flashlab_kernels_c fa2_forward_bench -j16 >"$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
   echo "build (sm_90a, -j16): $(( $(date +%s) - start )) s"
+}
+step_example() {
+  # The reference library's report on the outside example kernel with the planted bug.
+  $BUILD/tests/kernels/test_kernels "[reference_example]" >"$OUT/reference_example.log" 2>&1
+  echo "reference example: exit $?"; grep -m3 -A3 "^FAILED" "$OUT/reference_example.log"
 }
 step_tests() {
   start=$(date +%s)
@@ -36,13 +41,15 @@ step_bench_fwd() {
     --json "$OUT/bench.json" --markdown "$OUT/bench.md" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
 }
 step_ncu() {
-  # DRAM and L2 bytes of the FA2 forward at three sizes (bf16, d = 128, non-causal).
-  for size in "16 16 1024" "4 16 4096" "1 16 16384"; do
-    set -- $size
-    ncu --clock-control none --kernel-name regex:fa2_forward_kernel --launch-count 1 \
-      --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
-      $BUILD/tests/kernels/fa2_forward_bench $1 $2 $3 128 0 1 2 >"$OUT/ncu_b$1_s$3.log" 2>&1
-    grep -E "dram__|lts__|gpu__time|warps_active|FA2" "$OUT/ncu_b$1_s$3.log"
+  # DRAM and L2 bytes, time and occupancy of the FA2 forward at three sizes (bf16, d = 128,
+  # non-causal), and of the FA1 forward at the middle one (fp16).
+  metrics=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__grid_size
+  for run in "16 16 1024 2" "4 16 4096 2" "1 16 16384 2" "4 16 4096 1"; do
+    set -- $run
+    ncu --clock-control none --kernel-name regex:fa._forward_kernel --launch-count 1 --metrics $metrics \
+      $BUILD/tests/kernels/fa2_forward_bench $1 $2 $3 128 0 1 $4 >"$OUT/ncu_fa$4_b$1_s$3.log" 2>&1
+    echo "== FA$4 b=$1 h=$2 s=$3 d=128"
+    grep -E "dram__|lts__|gpu__time|warps_active|hmma|grid_size|ERR" "$OUT/ncu_fa$4_b$1_s$3.log"
   done
 }
 step_sanitize() {
