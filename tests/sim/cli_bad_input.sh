@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The flashlab command line on bad input: exit status 2, exactly one line on stderr naming the
+# problem, nothing on the requested output file. Usage: cli_bad_input.sh path/to/flashlab
+set -u
+flashlab="$1"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+echo '{"format": "flashlab-machine", "version": 1, "key": ' > "$work/malformed.json"
+echo '{"format": "flashlab-machine", "version": 1, "key": "x", "name": "x", "dtype": "bf16", "sram_bytes": -5}' > "$work/bad_field.json"
+failures=0
+
+# expect_refusal "words the message must contain" args...
+expect_refusal() {
+  local needle="$1"
+  shift
+  rm -f "$work/out.json" "$work/out.csv"
+  "$flashlab" "$@" >"$work/stdout" 2>"$work/stderr"
+  local status=$?
+  local lines
+  lines=$(wc -l <"$work/stderr")
+  if [[ $status -ne 2 || $lines -ne 1 ]] || ! grep -q -- "$needle" "$work/stderr" || [[ -e "$work/out.json" || -e "$work/out.csv" ]]; then
+    echo "FAILED: flashlab $* -> status $status, $lines stderr lines, output file $( [[ -e $work/out.json ]] && echo present || echo absent)"
+    cat "$work/stderr"
+    failures=$((failures + 1))
+  else
+    echo "ok: flashlab $* -> $(cat "$work/stderr")"
+  fi
+}
+
+expect_refusal "schedule 'fa9' is unknown" run --schedule fa9 --sram 64K --json "$work/out.json"
+expect_refusal "machine 'z80' is unknown" run --schedule fa2 --machine z80 --json "$work/out.json"
+expect_refusal "not valid JSON" run --schedule fa2 --machine "$work/malformed.json" --json "$work/out.json"
+expect_refusal "sram_bytes" sweep --machine "$work/bad_field.json" --json "$work/out.json"
+expect_refusal "seqlen_q = 0 is out of range" run --schedule fa2 --seqlen 0 --sram 64K --json "$work/out.json"
+expect_refusal "head_dim 0 is out of range" sweep --schedules fa2 --seqlens 1024 --head-dims 0 --sram 64K --json "$work/out.json" --csv "$work/out.csv"
+expect_refusal "below the smallest working set" run --schedule fa1 --head-dim 128 --sram 512 --json "$work/out.json"
+expect_refusal "size '12Q' is not understood" sweep --schedules fa2 --sram 12Q --json "$work/out.json"
+expect_refusal "mask 'diagonal' is not understood" sweep --schedules fa2 --sram 64K --masks diagonal --csv "$work/out.csv"
+expect_refusal "heads_q = 3 is not a multiple of heads_kv = 2" run --schedule fa2 --heads 3 --heads-kv 2 --sram 64K --json "$work/out.json"
+expect_refusal "--bogus" run --bogus
+expect_refusal "events" trace --schedule fa2 --sram 8K --max-events 10 --out "$work/out.json"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures refusals wrong"
+  exit 1
+fi
+echo "all refusals exit 2 with one line and no output file"
