@@ -14,10 +14,13 @@
 //      the mask boundary or the sequence ends are masked element by element.
 //   3. convert: dQ = scale * accumulator, rounded to the dtype (line 21's dQ written out).
 //
-// The warps split the key rows of the block: warp w owns keys [16w, 16w + 16) and computes the
-// transposed tiles S^T, P^T, dP^T, dS^T (keys x queries), so P^T and dS^T are already the A
-// operands of dV += P^T dO and dK += dS^T Q in registers, with no trip through shared memory.
-// Only dS^T goes to shared memory, for dQ = dS K, where the warps split the query rows instead.
+// Each of the five GEMMs has its own warp grid (see BackwardTiling), with 32-row warp tiles so
+// every fragment loaded from shared memory feeds several mma instructions; P and dS pass through
+// shared memory between the grids. (An earlier layout gave each warp 16 keys and kept P^T and dS^T
+// in registers as A operands; it read Q and dO twice per warp and ran about 5% slower at d = 128.)
+//
+// Tiles: 128 keys x 64 queries (d = 32, 96, 128), 128 x 128 (d = 64), 8 warps, one thread block
+// per SM (the dK/dV accumulators take 64 to 128 registers per thread).
 //
 // Deterministic mode: the key blocks that touch query block i add their dQ contributions in
 // increasing key-block order, serialised by a per-(batch, head, query block) counter in HBM (a
@@ -30,7 +33,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -77,7 +79,6 @@ struct BackwardParams {
   int window_left;
   bool bottom_right;
   bool deterministic;
-  int ablate;        // timing experiments only: 1 no dQ atomics, 2 no dQ phase, 4 no dV/dK mma, 8 no S/dP mma
   int query_blocks;  // ceil(seqlen_q / kBlockM): stride of the deterministic counters
   // Workspace.
   float* lse_log2;    // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
@@ -263,40 +264,52 @@ __device__ __forceinline__ void add_to_dq(float* address, float4 value) {
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: the main loop. kHeadDim is head_dim rounded up to a multiple of 32 (the extra columns
-// are zero-filled in shared memory and never stored); kBlockN keys per thread block, 16 per warp;
-// kBlockM query rows per inner iteration.
+// are zero-filled in shared memory and never stored); kBlockN keys per thread block (K_j, V_j),
+// kBlockM query rows per inner iteration (Q_i, dO_i), 8 warps. Each GEMM has its own warp grid
+// (warps along rows x warps along columns), chosen so that each warp's tile reuses every
+// fragment it loads from shared memory several times:
+//   S = Q_i K_j^T and dP = dO_i V_j^T (kBlockM x kBlockN): 2 x 4 warps of 32 x 32;
+//   dV_j += P^T dO_i and dK_j += dS^T Q_i (kBlockN x kHeadDim): 4 x 2 warps of 32 x kHeadDim/2,
+//     the accumulators stay in registers for the whole loop;
+//   dQ_i += dS K_j (kBlockM x kHeadDim): 2 x 4 warps of 32 x kHeadDim/4 (4 x 2 of 16 x kHeadDim/2
+//     when kHeadDim/4 is not a multiple of 16).
+// P and dS go through shared memory (rounded to the dtype, as the tensor cores read them).
 template <int kHeadDim_, int kBlockN_, int kBlockM_>
 struct BackwardTiling {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockM = kBlockM_;
-  static constexpr int kWarps = kBlockN / 16;
+  static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kMinBlocksPerSm = kWarps >= 8 ? 1 : 2;
-  static constexpr int kStride = kHeadDim + 8;     // padded rows: ldmatrix without bank conflicts
-  static constexpr int kDsStride = kBlockM + 8;
-  // dQ = dS K: warps split the query rows in groups of kDqRows (32 when the columns still split
-  // into multiples of 16, which halves the K fragments each warp reads), then the columns.
-  static constexpr int kDqRows =
-      (kBlockM % 32 == 0 && (kHeadDim / (kWarps / (kBlockM / 32))) % 16 == 0 && kWarps % (kBlockM / 32) == 0) ? 32 : 16;
-  static constexpr int kDqRowGroups = kBlockM / kDqRows;
-  static constexpr int kDqColGroups = kWarps / kDqRowGroups;
-  static constexpr int kDqCols = kHeadDim / kDqColGroups;
-  static_assert(kWarps % kDqRowGroups == 0 && kDqCols % 16 == 0, "dQ warp layout");
-  static_assert(kHeadDim % 32 == 0 && kBlockM % 16 == 0, "tile shape");
+  static constexpr int kStride = kHeadDim + 8;  // padded rows: ldmatrix without bank conflicts
+  static constexpr int kPStride = kBlockN + 8;
+  // S and dP.
+  static constexpr int kSWarpsM = kBlockM / 32, kSWarpsN = kWarps / kSWarpsM;
+  static constexpr int kSRows = 32, kSCols = kBlockN / kSWarpsN;
+  // dV and dK.
+  static constexpr int kKvWarpsN = kBlockN / 32, kKvWarpsD = kWarps / kKvWarpsN;
+  static constexpr int kKvRows = 32, kKvCols = kHeadDim / kKvWarpsD;
+  // dQ.
+  static constexpr int kQRows = (kHeadDim / (kWarps / (kBlockM / 32))) % 16 == 0 ? 32 : 16;
+  static constexpr int kQWarpsM = kBlockM / kQRows, kQWarpsD = kWarps / kQWarpsM;
+  static constexpr int kQCols = kHeadDim / kQWarpsD;
+  static_assert(kSRows % 16 == 0 && kKvRows % 16 == 0 && kQRows % 16 == 0, "row tiles of 16");
+  static_assert(kSWarpsM * kSWarpsN == kWarps && kSCols % 16 == 0, "S warp grid");
+  static_assert(kKvWarpsN * kKvWarpsD == kWarps && kKvCols % 16 == 0, "dK/dV warp grid");
+  static_assert(kQWarpsM * kQWarpsD == kWarps && kQCols % 16 == 0, "dQ warp grid");
   // Shared memory, in elements of the dtype then floats.
-  static constexpr int kKvElements = kBlockN * kStride;   // each of K and V
-  static constexpr int kQElements = kBlockM * kStride;    // each of Q and dO, per stage
-  static constexpr int kDsElements = kBlockN * kDsStride;  // dS^T
+  static constexpr int kKvElements = kBlockN * kStride;  // each of K and V
+  static constexpr int kQElements = kBlockM * kStride;   // each of Q and dO, per stage
+  static constexpr int kPElements = kBlockM * kPStride;  // each of P and dS
   static constexpr std::size_t kSmemBytes =
-      (2 * kKvElements + 4 * kQElements + 2 * kDsElements) * 2 + 4 * kBlockM * sizeof(float);
+      (2 * kKvElements + 4 * kQElements + 2 * kPElements) * 2 + 4 * kBlockM * sizeof(float);
 };
 
 template <typename Element, typename Tiling>
-__global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) backward_main_kernel(BackwardParams p) {
+__global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(BackwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kHeadDim = Tiling::kHeadDim, kBlockN = Tiling::kBlockN, kBlockM = Tiling::kBlockM;
-  constexpr int kStride = Tiling::kStride, kDsStride = Tiling::kDsStride, kThreads = Tiling::kThreads;
+  constexpr int kStride = Tiling::kStride, kPStride = Tiling::kPStride, kThreads = Tiling::kThreads;
   constexpr int kChunksPerRow = kHeadDim / 8;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -304,9 +317,10 @@ __global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) bac
   Element* sV = sK + Tiling::kKvElements;
   Element* sQ = sV + Tiling::kKvElements;      // [2][kBlockM][kStride]
   Element* sdO = sQ + 2 * Tiling::kQElements;  // [2][kBlockM][kStride]
-  Element* sdS = sdO + 2 * Tiling::kQElements; // [2][kBlockN][kDsStride]: dS^T, double-buffered
-  float* sLse = reinterpret_cast<float*>(sdS + 2 * Tiling::kDsElements);  // [2][kBlockM]
-  float* sDelta = sLse + 2 * kBlockM;                                  // [2][kBlockM]
+  Element* sP = sdO + 2 * Tiling::kQElements;  // [kBlockM][kPStride]
+  Element* sdS = sP + Tiling::kPElements;      // [kBlockM][kPStride]
+  float* sLse = reinterpret_cast<float*>(sdS + Tiling::kPElements);  // [2][kBlockM]
+  float* sDelta = sLse + 2 * kBlockM;                                 // [2][kBlockM]
 
   const int key_block = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -360,100 +374,214 @@ __global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) bac
     const std::int64_t ws = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin;
     for (int row = tid; row < kBlockM; row += kThreads) {
       const bool valid = query_begin + row < seq.seqlen_q;
-      // Rows past the end: LSE 0 and D 0 with Q = dO = 0 give P = 1, dS = 0 and nothing is added
-      // to any stored output; they are masked anyway on the boundary block.
+      // Rows past the end read LSE 0 and D 0; they are masked on the boundary block.
       cp_async_4(sLse + stage * kBlockM + row, valid ? p.lse_log2 + ws + row : p.lse_log2, valid);
       cp_async_4(sDelta + stage * kBlockM + row, valid ? p.delta + ws + row : p.delta, valid);
     }
   };
 
-  // Accumulators: warp w owns keys [16w, 16w + 16) of dK_j and dV_j, all kHeadDim columns.
-  constexpr int kDimTiles = kHeadDim / 8;
-  float acc_dk[kDimTiles][4], acc_dv[kDimTiles][4];
+  // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16 in the PTX ISA):
+  //  A from row-major [m][k]: m (lane % 16), k 8 * (lane / 16).
+  //  A from [k][m] storage (transposed): k (lane % 8) + 8 * (lane / 16), m 8 * ((lane / 8) % 2).
+  //  B from [n][k] (non-transposed, two n tiles): n (lane % 8) + 8 * (lane / 16), k 8 * ((lane / 8) % 2).
+  //  B from [k][n] (transposed, two n tiles): k (lane % 16), n 8 * (lane / 16).
+  const int a_m = lane % 16, a_k = 8 * (lane / 16);
+  const int at_k = lane % 8 + 8 * (lane / 16), at_m = 8 * ((lane / 8) % 2);
+  const int bn_n = lane % 8 + 8 * (lane / 16), bn_k = 8 * ((lane / 8) % 2);
+  const int bt_k = lane % 16, bt_n = 8 * (lane / 16);
+
+  // This warp's tiles in the three warp grids.
+  const int s_row0 = (warp % Tiling::kSWarpsM) * Tiling::kSRows;  // query rows of S, dP
+  const int s_col0 = (warp / Tiling::kSWarpsM) * Tiling::kSCols;  // key columns of S, dP
+  const int kv_row0 = (warp % Tiling::kKvWarpsN) * Tiling::kKvRows;  // key rows of dK, dV
+  const int kv_col0 = (warp / Tiling::kKvWarpsN) * Tiling::kKvCols;  // columns of dK, dV
+  const int q_row0 = (warp % Tiling::kQWarpsM) * Tiling::kQRows;     // query rows of dQ
+  const int q_col0 = (warp / Tiling::kQWarpsM) * Tiling::kQCols;     // columns of dQ
+
+  constexpr int kSM = Tiling::kSRows / 16, kSN = Tiling::kSCols / 8;
+  constexpr int kKvM = Tiling::kKvRows / 16, kKvN = Tiling::kKvCols / 8;
+  constexpr int kQM = Tiling::kQRows / 16, kQN = Tiling::kQCols / 8;
+
+  float acc_dk[kKvM][kKvN][4], acc_dv[kKvM][kKvN][4];
 #pragma unroll
-  for (int n = 0; n < kDimTiles; ++n) {
+  for (int m = 0; m < kKvM; ++m) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[n][e] = acc_dv[n][e] = 0.0f;
+    for (int n = 0; n < kKvN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[m][n][e] = acc_dv[m][n][e] = 0.0f;
+    }
   }
 
   if (iterations > 0) load_query_block(0, 0);
   cp_async_commit();
 
-  // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16 in the PTX ISA):
-  //  A from row-major [m][k]: row (lane % 16), column 8 * (lane / 16).
-  //  B from [n][k] (non-transposed): n (lane % 8) + 8 * (lane / 16), k 8 * ((lane / 8) % 2).
-  //  B from [k][n] (transposed): k (lane % 16), n 8 * (lane / 16).
-  //  A from [k][m] storage (transposed): k (lane % 8) + 8 * (lane / 16), m 8 * ((lane / 8) % 2).
-  const int a_row = lane % 16, a_col = 8 * (lane / 16);
-  const int bn_n = lane % 8 + 8 * (lane / 16), bn_k = 8 * ((lane / 8) % 2);
-  const int bt_k = lane % 16, bt_n = 8 * (lane / 16);
-  const int at_k = lane % 8 + 8 * (lane / 16), at_m = 8 * ((lane / 8) % 2);
-  const int warp_key = warp * 16;  // first key row (within the block) of this warp
-  const int dq_row_group = warp % Tiling::kDqRowGroups, dq_col_group = warp / Tiling::kDqRowGroups;
-
-  // dQ_i += dS K_j (line 20) for iteration `it`, from sdS[it % 2]: the warp owns kDqRows query
-  // rows x kDqCols columns. The sum over key blocks goes to the fp32 accumulator in HBM with
-  // 16-byte atomic adds (sm_90) after pairing lanes so that each holds 4 consecutive columns.
-  auto accumulate_dq = [&](int it) {
-    constexpr int kDqTiles = Tiling::kDqCols / 8;
-    constexpr int kDqMTiles = Tiling::kDqRows / 16;
+  for (int it = 0; it < iterations; ++it) {
+    const int stage = it % 2;
     const int head_q = head_kv * p.group + it / blocks_per_head;
     const int query_block = block_first + it % blocks_per_head;
     const int query_begin = query_block * kBlockM;
-    const Element* ds_stage = sdS + (it % 2) * Tiling::kDsElements;
-    float acc_dq[kDqMTiles][kDqTiles][4];
+    cp_async_wait_all();
+    // Stage `stage` is loaded; every warp is done with the other stage, sP and sdS.
+    __syncthreads();
+    if (it + 1 < iterations) load_query_block(it + 1, stage ^ 1);
+    cp_async_commit();
+
+    const Element* q_stage = sQ + stage * Tiling::kQElements;
+    const Element* do_stage = sdO + stage * Tiling::kQElements;
+    const float* lse_stage = sLse + stage * kBlockM;
+    const float* delta_stage = sDelta + stage * kBlockM;
+
+    // ---- S = Q_i K_j^T (line 11) and dP = dO_i V_j^T (line 14), this warp's 32 x kSCols tile.
+    float acc_s[kSM][kSN][4], acc_dp[kSM][kSN][4];
 #pragma unroll
-    for (int m = 0; m < kDqMTiles; ++m) {
+    for (int m = 0; m < kSM; ++m) {
 #pragma unroll
-      for (int n = 0; n < kDqTiles; ++n) {
+      for (int n = 0; n < kSN; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dq[m][n][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc_s[m][n][e] = acc_dp[m][n][e] = 0.0f;
       }
     }
-    const int dq_row0 = dq_row_group * Tiling::kDqRows, dq_col0 = dq_col_group * Tiling::kDqCols;
-    if (!(p.ablate & 2)) {
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      std::uint32_t a_q[kSM][4];
+#pragma unroll
+      for (int m = 0; m < kSM; ++m) ldmatrix_x4(a_q[m], q_stage + (s_row0 + m * 16 + a_m) * kStride + kk * 16 + a_k);
+#pragma unroll
+      for (int np = 0; np < kSN / 2; ++np) {
+        std::uint32_t b_k[4];
+        ldmatrix_x4(b_k, sK + (s_col0 + np * 16 + bn_n) * kStride + kk * 16 + bn_k);
+#pragma unroll
+        for (int m = 0; m < kSM; ++m) {
+          mma_16816<Element>(acc_s[m][2 * np], a_q[m], b_k[0], b_k[1]);
+          mma_16816<Element>(acc_s[m][2 * np + 1], a_q[m], b_k[2], b_k[3]);
+        }
+      }
+      std::uint32_t a_do[kSM][4];
+#pragma unroll
+      for (int m = 0; m < kSM; ++m) ldmatrix_x4(a_do[m], do_stage + (s_row0 + m * 16 + a_m) * kStride + kk * 16 + a_k);
+#pragma unroll
+      for (int np = 0; np < kSN / 2; ++np) {
+        std::uint32_t b_v[4];
+        ldmatrix_x4(b_v, sV + (s_col0 + np * 16 + bn_n) * kStride + kk * 16 + bn_k);
+#pragma unroll
+        for (int m = 0; m < kSM; ++m) {
+          mma_16816<Element>(acc_dp[m][2 * np], a_do[m], b_v[0], b_v[1]);
+          mma_16816<Element>(acc_dp[m][2 * np + 1], a_do[m], b_v[2], b_v[3]);
+        }
+      }
+    }
+
+    // ---- P = exp(scale * S - LSE) (line 13) and dS = P o (dP - D) (line 16), to shared memory.
+    const bool needs_mask =
+        key_begin + kBlockN > seq.seqlen_k || query_begin + kBlockM > seq.seqlen_q ||
+        (p.causal_or_right && key_begin + kBlockN - 1 > query_begin + offset + p.window_right) ||
+        (p.has_left && key_begin < query_begin + kBlockM - 1 + offset - p.window_left);
+#pragma unroll
+    for (int m = 0; m < kSM; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int query_local = s_row0 + m * 16 + g + 8 * half;
+        const float lse = lse_stage[query_local], delta = delta_stage[query_local];
+        Element* p_row = sP + query_local * kPStride + s_col0 + 2 * t;
+        Element* ds_row = sdS + query_local * kPStride + s_col0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kSN; ++n) {
+          float prob[2], grad[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            prob[e] = exp2f(acc_s[m][n][2 * half + e] * p.scale_log2 - lse);
+            if (needs_mask) {
+              const int query = query_begin + query_local, key = key_begin + s_col0 + n * 8 + 2 * t + e;
+              const int diagonal = query + offset;
+              const bool visible = key < seq.seqlen_k && query < seq.seqlen_q &&
+                                   !(p.causal_or_right && key > diagonal + p.window_right) &&
+                                   !(p.has_left && key < diagonal - p.window_left);
+              if (!visible) prob[e] = 0.0f;
+            }
+            grad[e] = prob[e] * (acc_dp[m][n][2 * half + e] - delta);
+          }
+          *reinterpret_cast<std::uint32_t*>(p_row + n * 8) = pack2<Element>(prob[0], prob[1]);
+          *reinterpret_cast<std::uint32_t*>(ds_row + n * 8) = pack2<Element>(grad[0], grad[1]);
+        }
+      }
+    }
+    __syncthreads();  // P and dS complete in shared memory
+
+    // ---- dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 18): 32 keys x kKvCols.
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      std::uint32_t a_p[kKvM][4], a_ds[kKvM][4];
+#pragma unroll
+      for (int m = 0; m < kKvM; ++m) {
+        ldmatrix_x4_trans(a_p[m], sP + (ks * 16 + at_k) * kPStride + kv_row0 + m * 16 + at_m);
+        ldmatrix_x4_trans(a_ds[m], sdS + (ks * 16 + at_k) * kPStride + kv_row0 + m * 16 + at_m);
+      }
+#pragma unroll
+      for (int np = 0; np < kKvN / 2; ++np) {
+        std::uint32_t b_do[4], b_q[4];
+        ldmatrix_x4_trans(b_do, do_stage + (ks * 16 + bt_k) * kStride + kv_col0 + np * 16 + bt_n);
+        ldmatrix_x4_trans(b_q, q_stage + (ks * 16 + bt_k) * kStride + kv_col0 + np * 16 + bt_n);
+#pragma unroll
+        for (int m = 0; m < kKvM; ++m) {
+          mma_16816<Element>(acc_dv[m][2 * np], a_p[m], b_do[0], b_do[1]);
+          mma_16816<Element>(acc_dv[m][2 * np + 1], a_p[m], b_do[2], b_do[3]);
+          mma_16816<Element>(acc_dk[m][2 * np], a_ds[m], b_q[0], b_q[1]);
+          mma_16816<Element>(acc_dk[m][2 * np + 1], a_ds[m], b_q[2], b_q[3]);
+        }
+      }
+    }
+
+    // ---- dQ_i += dS K_j (line 20): kQRows x kQCols per warp, added to the fp32 accumulator in
+    // HBM with 16-byte atomics (sm_90) after pairing lanes so each holds 4 consecutive columns.
+    {
+      float acc_dq[kQM][kQN][4];
+#pragma unroll
+      for (int m = 0; m < kQM; ++m) {
+#pragma unroll
+        for (int n = 0; n < kQN; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_dq[m][n][e] = 0.0f;
+        }
+      }
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        std::uint32_t a_ds[kDqMTiles][4];
+        std::uint32_t a_ds[kQM][4];
 #pragma unroll
-        for (int m = 0; m < kDqMTiles; ++m) {
-          ldmatrix_x4_trans(a_ds[m], ds_stage + (ks * 16 + at_k) * kDsStride + dq_row0 + m * 16 + at_m);
-        }
+        for (int m = 0; m < kQM; ++m) ldmatrix_x4(a_ds[m], sdS + (q_row0 + m * 16 + a_m) * kPStride + ks * 16 + a_k);
 #pragma unroll
-        for (int np = 0; np < Tiling::kDqCols / 16; ++np) {
+        for (int np = 0; np < kQN / 2; ++np) {
           std::uint32_t b_k[4];
-          ldmatrix_x4_trans(b_k, sK + (ks * 16 + bt_k) * kStride + dq_col0 + np * 16 + bt_n);
+          ldmatrix_x4_trans(b_k, sK + (ks * 16 + bt_k) * kStride + q_col0 + np * 16 + bt_n);
 #pragma unroll
-          for (int m = 0; m < kDqMTiles; ++m) {
+          for (int m = 0; m < kQM; ++m) {
             mma_16816<Element>(acc_dq[m][2 * np], a_ds[m], b_k[0], b_k[1]);
             mma_16816<Element>(acc_dq[m][2 * np + 1], a_ds[m], b_k[2], b_k[3]);
           }
         }
       }
-    }
 
-    // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
-    int* counter = nullptr;
-    int turn = 0;
-    if (p.deterministic) {
-      int first_key = 0;
-      if (p.has_left) first_key = max(0, query_begin + offset - p.window_left);
-      turn = key_block - first_key / kBlockN;
-      counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
-      if (tid == 0) {
-        int seen;
-        do {
-          asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-        } while (seen != turn);
+      // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
+      int* counter = nullptr;
+      int turn = 0;
+      if (p.deterministic) {
+        int first_key = 0;
+        if (p.has_left) first_key = max(0, query_begin + offset - p.window_left);
+        turn = key_block - first_key / kBlockN;
+        counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
+        if (tid == 0) {
+          int seen;
+          do {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+          } while (seen != turn);
+        }
+        __syncthreads();
       }
-      __syncthreads();
-    }
-    float* dq_base = p.dq_accum + (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q) * p.head_dim;
-    if (!(p.ablate & 1)) {
+      float* dq_base =
+          p.dq_accum + (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q) * p.head_dim;
 #pragma unroll
-      for (int m = 0; m < kDqMTiles; ++m) {
+      for (int m = 0; m < kQM; ++m) {
 #pragma unroll
-        for (int n = 0; n < kDqTiles; ++n) {
+        for (int n = 0; n < kQN; ++n) {
           const float* c = acc_dq[m][n];
           // Lanes t and t^1 trade halves: even t takes row g, columns 2t..2t+3; odd t takes row
           // g + 8, columns 2t-2..2t+1.
@@ -461,130 +589,20 @@ __global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) bac
           const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
           const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
           const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          const int row = query_begin + dq_row0 + m * 16 + g + (odd ? 8 : 0);
-          const int col = dq_col0 + n * 8 + 2 * (t & ~1);
+          const int row = query_begin + q_row0 + m * 16 + g + (odd ? 8 : 0);
+          const int col = q_col0 + n * 8 + 2 * (t & ~1);
           const float4 value = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
-          if (row < seq.seqlen_q && col < p.head_dim) add_to_dq(dq_base + static_cast<std::int64_t>(row) * p.head_dim + col, value);
+          if (row < seq.seqlen_q && col < p.head_dim) {
+            add_to_dq(dq_base + static_cast<std::int64_t>(row) * p.head_dim + col, value);
+          }
         }
       }
-    }
-    if (p.deterministic) {
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
-    }
-  };
-
-  for (int it = 0; it < iterations; ++it) {
-    const int stage = it % 2;
-    const int query_block = block_first + it % blocks_per_head;
-    const int query_begin = query_block * kBlockM;
-    cp_async_wait_all();
-    // Stage `stage` is loaded, dS^T of the previous iteration is complete, and everyone is done
-    // with the other stage (last read by the previous dV/dK) and with sdS[stage] (read by the dQ of
-    // two iterations ago).
-    __syncthreads();
-    if (it + 1 < iterations) load_query_block(it + 1, stage ^ 1);
-    cp_async_commit();
-    // dQ of the previous query block (line 20), one barrier after its dS^T was stored.
-    if (it > 0) accumulate_dq(it - 1);
-
-    const Element* q_stage = sQ + stage * Tiling::kQElements;
-    const Element* do_stage = sdO + stage * Tiling::kQElements;
-    const float* lse_stage = sLse + stage * kBlockM;
-    const float* delta_stage = sDelta + stage * kBlockM;
-
-    // ---- S^T = K_j Q_i^T (line 11), this warp's 16 keys x kBlockM queries.
-    constexpr int kQueryTiles = kBlockM / 8;
-    float acc_s[kQueryTiles][4];
-    float acc_dp[kQueryTiles][4];
-#pragma unroll
-    for (int n = 0; n < kQueryTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_s[n][e] = acc_dp[n][e] = 0.0f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      if (p.ablate & 8) break;
-      std::uint32_t a_k[4], a_v[4];
-      ldmatrix_x4(a_k, sK + (warp_key + a_row) * kStride + kk * 16 + a_col);
-      ldmatrix_x4(a_v, sV + (warp_key + a_row) * kStride + kk * 16 + a_col);
-#pragma unroll
-      for (int np = 0; np < kBlockM / 16; ++np) {
-        std::uint32_t b_q[4], b_do[4];
-        ldmatrix_x4(b_q, q_stage + (np * 16 + bn_n) * kStride + kk * 16 + bn_k);
-        mma_16816<Element>(acc_s[2 * np], a_k, b_q[0], b_q[1]);
-        mma_16816<Element>(acc_s[2 * np + 1], a_k, b_q[2], b_q[3]);
-        // dP^T = V_j dO_i^T (line 14) shares the loop.
-        ldmatrix_x4(b_do, do_stage + (np * 16 + bn_n) * kStride + kk * 16 + bn_k);
-        mma_16816<Element>(acc_dp[2 * np], a_v, b_do[0], b_do[1]);
-        mma_16816<Element>(acc_dp[2 * np + 1], a_v, b_do[2], b_do[3]);
+      if (p.deterministic) {
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
       }
     }
-
-    // ---- P = exp(scale * S - LSE) (line 13) and dS = P o (dP - D) (line 16), in place.
-    const bool needs_mask =
-        key_begin + kBlockN > seq.seqlen_k || query_begin + kBlockM > seq.seqlen_q ||
-        (p.causal_or_right && key_begin + kBlockN - 1 > query_begin + offset + p.window_right) ||
-        (p.has_left && key_begin < query_begin + kBlockM - 1 + offset - p.window_left);
-#pragma unroll
-    for (int n = 0; n < kQueryTiles; ++n) {
-      const float2 lse_pair = *reinterpret_cast<const float2*>(lse_stage + n * 8 + 2 * t);
-      const float2 delta_pair = *reinterpret_cast<const float2*>(delta_stage + n * 8 + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int query_local = n * 8 + 2 * t + (e % 2);
-        const int key_local = warp_key + g + 8 * (e / 2);
-        float prob = exp2f(acc_s[n][e] * p.scale_log2 - ((e % 2) ? lse_pair.y : lse_pair.x));
-        if (needs_mask) {
-          const int query = query_begin + query_local, key = key_begin + key_local;
-          const int diagonal = query + offset;
-          const bool visible = key < seq.seqlen_k && query < seq.seqlen_q &&
-                               !(p.causal_or_right && key > diagonal + p.window_right) &&
-                               !(p.has_left && key < diagonal - p.window_left);
-          if (!visible) prob = 0.0f;
-        }
-        acc_s[n][e] = prob;
-        acc_dp[n][e] = prob * (acc_dp[n][e] - ((e % 2) ? delta_pair.y : delta_pair.x));
-      }
-    }
-
-    // ---- dS^T to shared memory for dQ (rounded to the dtype, as the tensor cores read it).
-#pragma unroll
-    for (int n = 0; n < kQueryTiles; ++n) {
-      Element* row0 = sdS + stage * Tiling::kDsElements + (warp_key + g) * kDsStride + n * 8 + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(row0) = pack2<Element>(acc_dp[n][0], acc_dp[n][1]);
-      *reinterpret_cast<std::uint32_t*>(row0 + 8 * kDsStride) = pack2<Element>(acc_dp[n][2], acc_dp[n][3]);
-    }
-
-    // ---- dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 18): A operands from registers.
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks) {
-      if (p.ablate & 4) break;
-      std::uint32_t a_p[4], a_ds[4];
-      a_p[0] = pack2<Element>(acc_s[2 * ks][0], acc_s[2 * ks][1]);
-      a_p[1] = pack2<Element>(acc_s[2 * ks][2], acc_s[2 * ks][3]);
-      a_p[2] = pack2<Element>(acc_s[2 * ks + 1][0], acc_s[2 * ks + 1][1]);
-      a_p[3] = pack2<Element>(acc_s[2 * ks + 1][2], acc_s[2 * ks + 1][3]);
-      a_ds[0] = pack2<Element>(acc_dp[2 * ks][0], acc_dp[2 * ks][1]);
-      a_ds[1] = pack2<Element>(acc_dp[2 * ks][2], acc_dp[2 * ks][3]);
-      a_ds[2] = pack2<Element>(acc_dp[2 * ks + 1][0], acc_dp[2 * ks + 1][1]);
-      a_ds[3] = pack2<Element>(acc_dp[2 * ks + 1][2], acc_dp[2 * ks + 1][3]);
-#pragma unroll
-      for (int np = 0; np < kHeadDim / 16; ++np) {
-        std::uint32_t b_do[4], b_q[4];
-        ldmatrix_x4_trans(b_do, do_stage + (ks * 16 + bt_k) * kStride + np * 16 + bt_n);
-        mma_16816<Element>(acc_dv[2 * np], a_p, b_do[0], b_do[1]);
-        mma_16816<Element>(acc_dv[2 * np + 1], a_p, b_do[2], b_do[3]);
-        ldmatrix_x4_trans(b_q, q_stage + (ks * 16 + bt_k) * kStride + np * 16 + bt_n);
-        mma_16816<Element>(acc_dk[2 * np], a_ds, b_q[0], b_q[1]);
-        mma_16816<Element>(acc_dk[2 * np + 1], a_ds, b_q[2], b_q[3]);
-      }
-    }
-  }
-  if (iterations > 0) {
-    __syncthreads();  // the last dS^T is complete
-    accumulate_dq(iterations - 1);
   }
 
   // ---- Write dK_j (scaled: S = scale * Q K^T) and dV_j (line 23).
@@ -593,17 +611,20 @@ __global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) bac
   Element* dv_base = static_cast<Element*>(p.dv) + seq.batch_k * p.dv_batch + (seq.position_k + key_begin) * p.dv_row +
                      static_cast<std::int64_t>(head_kv) * p.dv_head;
 #pragma unroll
-  for (int n = 0; n < kDimTiles; ++n) {
-    const int col = n * 8 + 2 * t;
-    if (col >= p.head_dim) continue;
+  for (int m = 0; m < kKvM; ++m) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp_key + g + 8 * half;
-      if (key_begin + row >= key_end) continue;
-      *reinterpret_cast<std::uint32_t*>(dk_base + row * p.dk_row + col) =
-          pack2<Element>(acc_dk[n][2 * half] * p.scale, acc_dk[n][2 * half + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(dv_base + row * p.dv_row + col) =
-          pack2<Element>(acc_dv[n][2 * half], acc_dv[n][2 * half + 1]);
+    for (int n = 0; n < kKvN; ++n) {
+      const int col = kv_col0 + n * 8 + 2 * t;
+      if (col >= p.head_dim) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = kv_row0 + m * 16 + g + 8 * half;
+        if (key_begin + row >= key_end) continue;
+        *reinterpret_cast<std::uint32_t*>(dk_base + row * p.dk_row + col) =
+            pack2<Element>(acc_dk[m][n][2 * half] * p.scale, acc_dk[m][n][2 * half + 1] * p.scale);
+        *reinterpret_cast<std::uint32_t*>(dv_base + row * p.dv_row + col) =
+            pack2<Element>(acc_dv[m][n][2 * half], acc_dv[m][n][2 * half + 1]);
+      }
     }
   }
 #else
@@ -667,32 +688,13 @@ void launch_backward(BackwardParams params, cudaStream_t stream) {
   }
 }
 
-int tiling_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("FLASHLAB_FA2_BWD_TILE");
-    return text ? std::atoi(text) : 0;
-  }();
-  return variant;
-}
-
-template <typename Element, int kHeadDim>
-void launch_tuned(const BackwardParams& params, cudaStream_t stream) {
-  switch (tiling_variant()) {
-    case 1: return launch_backward<Element, kHeadDim, 128, 32>(params, stream);
-    case 4:
-      if constexpr (kHeadDim == 64) return launch_backward<Element, kHeadDim, 128, 128>(params, stream);
-      [[fallthrough]];
-    default: return launch_backward<Element, kHeadDim, 128, 64>(params, stream);
-  }
-}
-
 template <typename Element>
 void dispatch_head_dim(const BackwardParams& params, cudaStream_t stream) {
   switch (padded_head_dim(params.head_dim)) {
     case 32: return launch_backward<Element, 32, 128, 64>(params, stream);
-    case 64: return launch_tuned<Element, 64>(params, stream);
+    case 64: return launch_backward<Element, 64, 128, 128>(params, stream);
     case 96: return launch_backward<Element, 96, 128, 64>(params, stream);
-    case 128: return launch_tuned<Element, 128>(params, stream);
+    case 128: return launch_backward<Element, 128, 128, 64>(params, stream);
     default: break;
   }
   throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) +
@@ -775,7 +777,6 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.window_left = mask.window_left;
   p.bottom_right = mask.alignment == CausalAlignment::bottom_right;
   p.deterministic = deterministic;
-  if (const char* ablate = std::getenv("FLASHLAB_FA2_BWD_ABLATE")) p.ablate = std::atoi(ablate);
   p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
   p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);

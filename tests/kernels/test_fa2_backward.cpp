@@ -350,3 +350,13 @@ TEST_CASE("FA2 backward kernel: unsupported inputs are refused with a clear mess
   problem.dtype = DType::fp32;
   CHECK_THROWS_AS(kernels::fa2_backward(problem, args), std::invalid_argument);
 }
+
+TEST_CASE("FA2 backward kernel on a small grid (for the sanitizers)", "[sanitizer_grid]") {
+  for (const int head_dim : {64, 128}) {
+    for (const int causal : {0, 1}) {
+      Problem problem = make_problem(77, 141, head_dim, DType::bf16, 1, 2, 1);
+      set_causal(problem, causal);
+      check_backward(problem, causal == 1);
+    }
+  }
+}
