@@ -247,10 +247,10 @@ void fa1_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
     mem.mark_line(line.load_key_value);
     Tile k = mem.load(x.K, col_block(col_begin));  // line 6: load K_j, V_j from HBM to SRAM
     Tile v = mem.load(x.V, col_block(col_begin));
-    for (int row_begin = 0; row_begin < head.seqlen_q;
-         row_begin += Br) {  // line 7: for 1 <= i <= Tr
-      fa1_inner_step(mem, head, x, state, k, v, row_block(row_begin), col_begin == last_col_begin,
-                     line);  // 8-13
+    // Line 7: for 1 <= i <= Tr; lines 8-13 in the inner step.
+    for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
+      const bool last_visit = col_begin == last_col_begin;
+      fa1_inner_step(mem, head, x, state, k, v, row_block(row_begin), last_visit, line);
     }
   }
   mem.mark_line(line.finish);  // line 16: return O (and LSE)
