@@ -352,6 +352,7 @@ TEST_CASE("FA2 backward kernel: unsupported inputs are refused with a clear mess
 }
 
 TEST_CASE("FA2 backward kernel on a small grid (for the sanitizers)", "[sanitizer_grid]") {
+  REQUIRE_GPU_OR_SKIP();
   for (const int head_dim : {64, 128}) {
     for (const int causal : {0, 1}) {
       Problem problem = make_problem(77, 141, head_dim, DType::bf16, 1, 2, 1);
