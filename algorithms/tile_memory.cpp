@@ -67,7 +67,9 @@ void SramArena::acquire(const Tile& tile) {
 
 void SramArena::release(const Tile& tile) {
   in_use_bytes_ -= tile.bytes();
-  std::erase(live_, &tile);
+  // Tiles mostly die last-in first-out: search from the back, erase the one entry.
+  const auto live = std::find(live_.rbegin(), live_.rend(), &tile);
+  if (live != live_.rend()) live_.erase(std::next(live).base());
   if (sink) {
     TraceEvent event;
     event.kind = EventKind::free;
@@ -80,6 +82,9 @@ void SramArena::release(const Tile& tile) {
   }
 }
 
-void SramArena::relocate(const Tile* from, const Tile* to) { std::replace(live_.begin(), live_.end(), from, to); }
+void SramArena::relocate(const Tile* from, const Tile* to) {
+  const auto live = std::find(live_.rbegin(), live_.rend(), from);
+  if (live != live_.rend()) *live = to;
+}
 
 }  // namespace flashlab

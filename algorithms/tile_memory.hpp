@@ -118,7 +118,8 @@ class Tile {
  public:
   Tile() = default;
   Tile(SramArena* arena, TensorId id, DType dtype, Range rows, Range cols)
-      : arena_(arena), id_(id), dtype_(dtype), rows_(rows), cols_(cols) {
+      : arena_(arena), id_(id), dtype_(dtype), rows_(rows), cols_(cols),
+        bytes_(static_cast<std::int64_t>(rows.size) * cols.size * element_bytes(dtype)) {
     arena_->acquire(*this);
   }
   Tile(Tile&& other) noexcept { *this = std::move(other); }
@@ -126,7 +127,7 @@ class Tile {
     if (this != &other) {
       free();
       arena_ = std::exchange(other.arena_, nullptr);
-      id_ = other.id_, dtype_ = other.dtype_, rows_ = other.rows_, cols_ = other.cols_;
+      id_ = other.id_, dtype_ = other.dtype_, rows_ = other.rows_, cols_ = other.cols_, bytes_ = other.bytes_;
       values = std::move(other.values);
       if (arena_) arena_->relocate(&other, this);
     }
@@ -143,7 +144,7 @@ class Tile {
   int row_count() const { return rows_.size; }
   int col_count() const { return cols_.size; }
   std::int64_t elements() const { return static_cast<std::int64_t>(rows_.size) * cols_.size; }
-  std::int64_t bytes() const { return elements() * element_bytes(dtype_); }
+  std::int64_t bytes() const { return bytes_; }
   std::string describe() const;  // "S[rows 0..64, cols 128..192] 64x64 fp32 = 16384 B"
 
   RowMajorMatrix values;  // empty in shape-only runs
@@ -156,6 +157,7 @@ class Tile {
   TensorId id_ = TensorId::S;
   DType dtype_ = DType::fp32;
   Range rows_, cols_;
+  std::int64_t bytes_ = 0;  // cached: the arena asks at every acquire and release
 };
 
 enum class Transpose : bool { no = false, yes = true };
