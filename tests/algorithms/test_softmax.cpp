@@ -187,3 +187,34 @@ TEST_CASE("softmax lab: bad input names the input and the allowed range", "[soft
       softmax_times_values_single_pass(mem, x.shape_only(), v.shape_only(), y.shape_only(), {4}),
       Contains("V has 9 rows") && Contains("allowed"));
 }
+
+TEST_CASE("softmax lab: each schedule marks its paper's lines", "[softmax][trace]") {
+  struct LineRecorder : TraceSink {
+    std::vector<int> lines;
+    void record(const TraceEvent& event) override {
+      if (event.kind == EventKind::line && (lines.empty() || lines.back() != event.line))
+        lines.push_back(event.line);
+    }
+  };
+  HostMatrix x = random_scores(2, 10, reference::fresh_seed());
+  HostMatrix y(TensorId::Y, 2, 10, NAN), v(TensorId::V, 10, 3, 1.0f), yv(TensorId::Y, 2, 3, NAN);
+  const SoftmaxTiling two_blocks{5};
+  {  // Milakov and Gimelshein, Algorithm 2: max pass (line 3), sum pass (7), normalise (10).
+    LineRecorder recorder;
+    DataMemory mem({}, &recorder);
+    softmax_three_pass(mem, x.view(), y.view(), two_blocks);
+    CHECK(recorder.lines == std::vector<int>{1, 3, 5, 7, 10});
+  }
+  {  // Algorithm 3: lines 4-5 once per block, then the normalising pass (line 8).
+    LineRecorder recorder;
+    DataMemory mem({}, &recorder);
+    softmax_online_normalizer(mem, x.view(), y.view(), two_blocks);
+    CHECK(recorder.lines == std::vector<int>{1, 2, 4, 5, 4, 5, 8});
+  }
+  {  // FA2 Algorithm 1's lines 5, 7 and 9 per block, 12 at the end: one pass.
+    LineRecorder recorder;
+    DataMemory mem({}, &recorder);
+    softmax_times_values_single_pass(mem, x.view(), v.view(), yv.view(), two_blocks);
+    CHECK(recorder.lines == std::vector<int>{5, 7, 9, 7, 9, 12});
+  }
+}
