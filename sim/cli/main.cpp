@@ -440,7 +440,7 @@ int main(int argc, char** argv) {
     if (*figure2) {
       require_writable(json_path);
       const nlohmann::json table = run_figure2(find_machine("a100"), std::cout);
-      if (!json_path.empty()) write_file(json_path, nlohmann::json{{"command", command}, {"figure2", table}}.dump(2) + "\n");
+      if (!json_path.empty()) write_file(json_path, nlohmann::json{{"format", "flashlab-figure2"}, {"version", 1}, {"command", command}, {"rows", table}}.dump(2) + "\n");
       return 0;
     }
   } catch (const std::invalid_argument& error) {
