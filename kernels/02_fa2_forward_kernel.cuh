@@ -53,9 +53,9 @@ struct Fa2Tile {
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
   // Key columns per block: the widest head dims take 32 so two blocks fit an SM's shared memory
   // (and d = 256 fits the 163 KB an A100 block may have).
-  static constexpr int kBlockN = kHeadDim <= 32 ? 128 : (kHeadDim <= 160 ? 64 : 32);
-  static constexpr int kStages = kHeadDim <= 64 ? 3 : 2;
-  static constexpr bool kQInRegisters = kHeadDim <= 64;
+  static constexpr int kBlockN = kHeadDim <= 64 ? 128 : (kHeadDim <= 160 ? 64 : 32);
+  static constexpr int kStages = kHeadDim <= 32 ? 3 : 2;
+  static constexpr bool kQInRegisters = kHeadDim <= 32;
   static constexpr int kRowStride = kHeadDim + 8;  // padded rows: ldmatrix reads hit 8 different banks
   static constexpr int kSharedBytes = (kBlockM + 2 * kStages * kBlockN) * kRowStride * 2;
 };
@@ -344,6 +344,7 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
   // O goes through this warp's own rows of the Q tile in shared memory (no other warp reads
   // them), so the stores to HBM are 16 bytes wide and coalesced.
   T* o_tile = q_shared;
+  __syncwarp();  // this warp's last ldmatrix reads of its Q rows come before the writes below
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

@@ -2,8 +2,8 @@
 # On the GPU machine: configure and build the kernels and the GPU tests, run the correctness grid,
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
-# Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests bench
-# (forward and backward) bench-fwd example ncu sanitize (default: build tests bench)
+# Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
+# bench (forward and backward) bench-fwd example ncu sanitize (default: build tests bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -15,8 +15,8 @@ status=0
 step_build() {
   start=$(date +%s)
   cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_BUILD_VIZ=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
-    >"$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
-  cmake --build $BUILD --target test_kernels flashlab_kernels_c fa2_forward_bench -j16 >"$OUT/build.log" 2>&1 \
+    >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  cmake --build $BUILD --target test_kernels flashlab_kernels_c fa2_forward_bench -j16 >>"$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
   echo "build (sm_90a, -j16): $(( $(date +%s) - start )) s"
 }
@@ -31,6 +31,11 @@ step_tests() {
   echo "gpu tests: status $status in $(( $(date +%s) - start )) s"
   grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$OUT/tests.log" | head -20
   grep -E "FAILED|REFUSED" "$OUT/tests.log" | head -20
+}
+step_tests_fwd() {
+  # The forward kernels' tests only (the whole gpu label includes the backward's).
+  $BUILD/tests/kernels/test_kernels "[fa2_forward],[fa1_forward],[api]" >"$OUT/tests.log" 2>&1 || status=1
+  echo "forward gpu tests: status $status"; tail -3 "$OUT/tests.log"
 }
 step_bench() {
   PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
@@ -58,6 +63,7 @@ step_sanitize() {
       >"$OUT/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -cE "ERROR|error" "$OUT/sanitizer_$tool.log") error lines)"
     tail -3 "$OUT/sanitizer_$tool.log"
+    grep -m2 -A6 -E "^========= (Warning|Error)" "$OUT/sanitizer_$tool.log"
   done
 }
 for step in $steps; do
