@@ -19,8 +19,8 @@
 // shared memory between the grids. (An earlier layout gave each warp 16 keys and kept P^T and dS^T
 // in registers as A operands; it read Q and dO twice per warp and ran about 5% slower at d = 128.)
 //
-// Tiles: 128 keys x 64 queries (d = 32, 96, 128), 128 x 128 (d = 64), 8 warps, one thread block
-// per SM (the dK/dV accumulators take 64 to 128 registers per thread).
+// Tiles: 128 keys x 64 queries (d = 32, 96, 128), 128 x 128 (d = 64), 64 x 64 (d = 192, 256),
+// 8 warps, one thread block per SM (the dK/dV accumulators take 64 to 128 registers per thread).
 //
 // Deterministic mode: the key blocks that touch query block i add their dQ contributions in
 // increasing key-block order, serialised by a per-(batch, head, query block) counter in HBM (a
@@ -43,7 +43,7 @@ namespace flashlab::kernels {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMaxSupportedHeadDim = 128;
+constexpr int kMaxSupportedHeadDim = 256;
 
 // Everything the three kernels read, resolved on the host. Strides are in elements.
 struct BackwardParams {
@@ -636,7 +636,13 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-int padded_head_dim(int head_dim) { return (head_dim + 31) / 32 * 32; }
+// The head dims the kernel is instantiated for (a head_dim is padded up to the next one; the padded
+// columns are zero in shared memory and never stored): one instantiation per range keeps the build
+// short.
+int padded_head_dim(int head_dim) {
+  if (head_dim > 128) return head_dim <= 192 ? 192 : 256;
+  return (head_dim + 31) / 32 * 32;
+}
 
 // The smallest query block of any tiling: sizes the deterministic counters.
 constexpr int kMinBlockM = 32;
@@ -665,6 +671,14 @@ template <typename Element, int kHeadDim, int kBlockN, int kBlockM>
 void launch_backward(BackwardParams params, cudaStream_t stream) {
   using Tiling = BackwardTiling<kHeadDim, kBlockN, kBlockM>;
   params.query_blocks = (params.seqlen_q + kBlockM - 1) / kBlockM;
+  int device = 0, smem_limit = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  if (static_cast<std::size_t>(smem_limit) < Tiling::kSmemBytes) {
+    throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) + " needs " +
+                                std::to_string(Tiling::kSmemBytes) + " bytes of shared memory per block; this device allows " +
+                                std::to_string(smem_limit) + " (allowed: head_dim <= 128 here)");
+  }
   {
     const std::int64_t threads = static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * 8;
     const int blocks = static_cast<int>((threads + 255) / 256);
@@ -695,10 +709,14 @@ void dispatch_head_dim(const BackwardParams& params, cudaStream_t stream) {
     case 64: return launch_backward<Element, 64, 128, 128>(params, stream);
     case 96: return launch_backward<Element, 96, 128, 64>(params, stream);
     case 128: return launch_backward<Element, 128, 128, 64>(params, stream);
+    // Above 128: blocks of 64 keys, so the dK/dV accumulators (32 keys x head_dim/4 per warp) still
+    // fit the registers; about 217 KB of shared memory at 256 (sm_90; an A100 allows 163 KB).
+    case 192: return launch_backward<Element, 192, 64, 64>(params, stream);
+    case 256: return launch_backward<Element, 256, 64, 64>(params, stream);
     default: break;
   }
   throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) +
-                              " is not supported; allowed: multiples of 8 up to 128");
+                              " is not supported; allowed: multiples of 8 up to 256");
 }
 
 [[noreturn]] void refuse_backward(const std::string& message) {

@@ -301,6 +301,15 @@ TEST_CASE("FA2 backward kernel: fp16, head dims 32, 40, 96, MQA", "[gpu][fa2_bac
   check_backward(problem);
 }
 
+TEST_CASE("FA2 backward kernel: head dims above 128", "[gpu][fa2_backward]") {
+  REQUIRE_GPU_OR_SKIP();
+  const int head_dim = GENERATE(160, 192, 256);
+  const int causal = GENERATE(0, 1, 2);
+  Problem problem = make_problem(113, 203, head_dim, DType::bf16, 2, 4, 2);
+  set_causal(problem, causal);
+  check_backward(problem, causal == 1);
+}
+
 TEST_CASE("FA2 backward kernel: sliding window and varlen", "[gpu][fa2_backward]") {
   REQUIRE_GPU_OR_SKIP();
   SECTION("window") {
@@ -345,6 +354,8 @@ TEST_CASE("FA2 backward kernel: deterministic mode is bitwise repeatable and cor
 TEST_CASE("FA2 backward kernel: unsupported inputs are refused with a clear message", "[gpu][fa2_backward]") {
   Problem problem = make_problem(64, 64, 60, DType::bf16, 1, 1, 1);
   kernels::BackwardArgs args;
+  CHECK_THROWS_AS(kernels::fa2_backward(problem, args), std::invalid_argument);
+  problem.head_dim = 264;
   CHECK_THROWS_AS(kernels::fa2_backward(problem, args), std::invalid_argument);
   problem.head_dim = 64;
   problem.dtype = DType::fp32;
