@@ -180,6 +180,9 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
   if (options.sram_bytes < 0) {
     throw std::invalid_argument("sram_bytes = " + std::to_string(options.sram_bytes) + "; allowed: >= 0 (0: unbounded)");
   }
+  if (options.blocks.num_splits < 0) {
+    throw std::invalid_argument("num_splits = " + std::to_string(options.blocks.num_splits) + "; allowed: >= 1 (0: 4)");
+  }
   if (options.blocks.given()) {
     if (options.blocks.block_rows < 1 || options.blocks.block_cols < 1) {
       throw std::invalid_argument("block sizes " + std::to_string(options.blocks.block_rows) + " x " +
@@ -190,7 +193,9 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
   if (options.sram_bytes == 0) {
     throw std::invalid_argument("schedule '" + info.name + "': neither block sizes nor an SRAM size M given; allowed: M >= 1 byte or explicit block sizes");
   }
-  return derive_blocks(info.name, problem, options.sram_bytes);
+  BlockSizes derived = derive_blocks(info.name, problem, options.sram_bytes);
+  derived.num_splits = options.blocks.num_splits;  // split_kv: a split count may come with derived blocks
+  return derived;
 }
 
 // The forward heads of a problem, or for backward passes the KV-head groups (run_backward.hpp:
@@ -252,6 +257,9 @@ RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOp
     if (tensors == nullptr) {
       result.tensors = random_tensors(problem, options.seed, backward);
       tensors = &result.tensors;
+    } else if (backward && (tensors->dO.values.empty() || tensors->dQ.values.empty())) {
+      throw std::invalid_argument("schedule '" + info.name + "' is a backward pass: the tensors need dO, dQ, dK, dV "
+                                  "(AttentionTensors::allocate(problem, true)); allowed: tensors with backward buffers");
     }
     if (backward) prepare_forward_outputs(problem, *tensors);
     for (int b = 0; b < problem.batch; ++b) {

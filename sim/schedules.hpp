@@ -18,6 +18,8 @@
 // Memory models:
 //   MemoryKind::data  - DataMemory: the schedule runs on real values (inputs drawn from
 //                       RunOptions::seed unless the caller passes tensors); every head is run.
+//                       Backward passes first get O and LSE from an FA2 forward pass (not
+//                       counted), written into the tensors; caller tensors need dO, dQ, dK, dV.
 //   MemoryKind::shape - ShapeMemory: shapes only, O(number of tiles). Heads that must count
 //                       the same (same sequence lengths, same ALiBi on/off) are run once and
 //                       multiplied, so a shape run costs one head per distinct class.
@@ -49,7 +51,7 @@ MemoryKind memory_kind_from_string(const std::string& name);  // "data" or "shap
 struct BlockSizes {
   int block_rows = 0;  // Br: query rows per block (square tiling: the tile side B)
   int block_cols = 0;  // Bc: keys per block (memory-efficient: keys per chunk)
-  int num_splits = 0;  // split_kv only: KV chunks (0: 4)
+  int num_splits = 0;  // split_kv only: KV chunks (0: 4); kept when the other two are derived
   bool given() const { return block_rows > 0 || block_cols > 0; }
   bool operator==(const BlockSizes&) const = default;
 };

@@ -164,10 +164,7 @@ struct ProblemOptions {
       throw BadInput("give the SRAM size (--sram 228K), a --machine, or --block-rows/--block-cols");
     }
     if (splits < 0) throw BadInput("--splits = " + std::to_string(splits) + "; allowed: >= 1 (0: 4)");
-    if (splits > 0 && !options.blocks.given()) {
-      // split count with derived block sizes: carried through the block sizes' num_splits
-      options.blocks.num_splits = splits;
-    }
+    options.blocks.num_splits = splits;  // kept by the registry when the block sizes are derived
     return options;
   }
 };
@@ -181,11 +178,6 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
   RunOptions options = po.run_options(machine ? &*machine : nullptr);
   find_schedule(schedule);
-  if (options.blocks.num_splits > 0 && !options.blocks.given()) {
-    const int splits = options.blocks.num_splits;
-    options.blocks = derive_blocks(schedule, problem, options.sram_bytes);
-    options.blocks.num_splits = splits;
-  }
   options.memory = data ? MemoryKind::data : MemoryKind::shape;
   const auto start = std::chrono::steady_clock::now();
   const RunResult result = run_schedule(schedule, problem, options);
