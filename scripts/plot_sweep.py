@@ -32,6 +32,8 @@ def groups(points, variable):
 
 
 def draw(axis, series, xlabel, title):
+    import matplotlib.pyplot as plt
+    axis.set_prop_cycle(color=[plt.cm.tab20(i) for i in range(0, 20, 2)] + [plt.cm.tab20(i) for i in range(1, 20, 2)])
     colors = {}
     for (schedule, mask, fixed), rows in sorted(series.items()):
         label = schedule if mask == "none" else f"{schedule} ({mask})"
