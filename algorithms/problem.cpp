@@ -8,7 +8,6 @@
 
 namespace flashlab {
 
-int element_bytes(DType dtype) { return dtype == DType::fp32 ? 4 : 2; }
 
 const char* to_string(DType dtype) {
   switch (dtype) {

@@ -20,7 +20,7 @@ namespace flashlab {
 // tensor does on a GPU.
 enum class DType { fp32, fp16, bf16 };
 
-int element_bytes(DType dtype);
+inline int element_bytes(DType dtype) { return dtype == DType::fp32 ? 4 : 2; }
 const char* to_string(DType dtype);
 DType dtype_from_string(const std::string& name);  // "fp32", "fp16", "bf16"; throws otherwise
 float round_to(DType dtype, float value);

@@ -30,10 +30,6 @@ const char* to_string(TensorId id) {
   return "?";
 }
 
-bool is_statistic(TensorId id) {
-  return id == TensorId::m || id == TensorId::l || id == TensorId::LSE || id == TensorId::D ||
-         id == TensorId::LSE_partial;
-}
 
 AttentionTensors AttentionTensors::allocate(const Problem& problem, bool with_backward) {
   const int rows_q = problem.total_rows_q(), rows_k = problem.total_rows_k();

@@ -25,7 +25,10 @@ enum class TensorId : std::uint8_t {
 };
 constexpr int kTensorCount = static_cast<int>(TensorId::count);
 const char* to_string(TensorId id);
-bool is_statistic(TensorId id);  // m, l, LSE, D and their partials: kept in fp32
+// m, l, LSE, D and their partials: kept in fp32
+inline bool is_statistic(TensorId id) {
+  return id == TensorId::m || id == TensorId::l || id == TensorId::LSE || id == TensorId::D || id == TensorId::LSE_partial;
+}
 
 // A half-open range [begin, begin + size) of rows or columns.
 struct Range {

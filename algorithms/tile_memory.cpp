@@ -51,40 +51,23 @@ std::string Tile::describe() const {
   return text.str();
 }
 
-void SramArena::acquire(const Tile& tile) {
-  const std::int64_t bytes = tile.bytes();
-  if (capacity_bytes_ > 0 && in_use_bytes_ + bytes > capacity_bytes_) {
-    std::ostringstream message;
-    message << "SRAM overflow: tile " << tile.describe() << " does not fit: " << in_use_bytes_ << " B in use of M = "
-            << capacity_bytes_ << " B; live tiles:";
-    for (const Tile* live : live_) message << " " << live->describe() << ";";
-    throw SramOverflow(message.str());
-  }
-  in_use_bytes_ += bytes;
-  peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
-  live_.push_back(&tile);
+void SramArena::overflow(const Tile& tile) const {
+  std::ostringstream message;
+  message << "SRAM overflow: tile " << tile.describe() << " does not fit: " << in_use_bytes_ << " B in use of M = "
+          << capacity_bytes_ << " B; live tiles:";
+  for (const Tile* live = first_live_; live; live = live->next_live_) message << " " << live->describe() << ";";
+  throw SramOverflow(message.str());
 }
 
-void SramArena::release(const Tile& tile) {
-  in_use_bytes_ -= tile.bytes();
-  // Tiles mostly die last-in first-out: search from the back, erase the one entry.
-  const auto live = std::find(live_.rbegin(), live_.rend(), &tile);
-  if (live != live_.rend()) live_.erase(std::next(live).base());
-  if (sink) {
-    TraceEvent event;
-    event.kind = EventKind::free;
-    event.tensor = tile.id();
-    event.rows = tile.rows();
-    event.cols = tile.cols();
-    event.sram_bytes = in_use_bytes_;
-    event.bytes = tile.bytes();
-    sink->record(event);
-  }
-}
-
-void SramArena::relocate(const Tile* from, const Tile* to) {
-  const auto live = std::find(live_.rbegin(), live_.rend(), from);
-  if (live != live_.rend()) *live = to;
+void SramArena::record_free(const Tile& tile) const {
+  TraceEvent event;
+  event.kind = EventKind::free;
+  event.tensor = tile.id();
+  event.rows = tile.rows();
+  event.cols = tile.cols();
+  event.sram_bytes = in_use_bytes_;
+  event.bytes = tile.bytes();
+  sink->record(event);
 }
 
 }  // namespace flashlab

@@ -100,16 +100,21 @@ class SramArena {
   std::int64_t capacity_bytes() const { return capacity_bytes_; }  // 0: unbounded
   std::int64_t in_use_bytes() const { return in_use_bytes_; }
   std::int64_t peak_bytes() const { return peak_bytes_; }
-  void acquire(const Tile& tile);
-  void release(const Tile& tile);
-  void relocate(const Tile* from, const Tile* to);  // a live tile was moved
+  // Inline fast paths (shape-only sweeps call these millions of times); the rare paths (an
+  // overflow's message, a trace event) stay out of line.
+  inline void acquire(const Tile& tile);
+  inline void release(const Tile& tile);
+  inline void relocate(const Tile* from, const Tile* to);  // a live tile was moved
   TraceSink* sink = nullptr;
 
  private:
+  [[noreturn]] void overflow(const Tile& tile) const;
+  void record_free(const Tile& tile) const;
   std::int64_t capacity_bytes_;
   std::int64_t in_use_bytes_ = 0;
   std::int64_t peak_bytes_ = 0;
-  std::vector<const Tile*> live_;
+  const Tile* first_live_ = nullptr;  // the live tiles, oldest first, linked through the tiles
+  const Tile* last_live_ = nullptr;
 };
 
 // A tile in SRAM: its tensor, its position in that tensor, and (in data runs) its values.
@@ -158,7 +163,35 @@ class Tile {
   DType dtype_ = DType::fp32;
   Range rows_, cols_;
   std::int64_t bytes_ = 0;  // cached: the arena asks at every acquire and release
+  friend class SramArena;
+  mutable const Tile* previous_live_ = nullptr;  // the arena's list of live tiles
+  mutable const Tile* next_live_ = nullptr;
 };
+
+inline void SramArena::acquire(const Tile& tile) {
+  const std::int64_t bytes = tile.bytes();
+  if (capacity_bytes_ > 0 && in_use_bytes_ + bytes > capacity_bytes_) overflow(tile);
+  in_use_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
+  tile.previous_live_ = last_live_;
+  tile.next_live_ = nullptr;
+  (last_live_ ? last_live_->next_live_ : first_live_) = &tile;
+  last_live_ = &tile;
+}
+
+inline void SramArena::release(const Tile& tile) {
+  in_use_bytes_ -= tile.bytes();
+  (tile.previous_live_ ? tile.previous_live_->next_live_ : first_live_) = tile.next_live_;
+  (tile.next_live_ ? tile.next_live_->previous_live_ : last_live_) = tile.previous_live_;
+  if (sink) record_free(tile);
+}
+
+inline void SramArena::relocate(const Tile* from, const Tile* to) {
+  to->previous_live_ = from->previous_live_;
+  to->next_live_ = from->next_live_;
+  (to->previous_live_ ? to->previous_live_->next_live_ : first_live_) = to;
+  (to->next_live_ ? to->next_live_->previous_live_ : last_live_) = to;
+}
 
 enum class Transpose : bool { no = false, yes = true };
 
