@@ -136,25 +136,6 @@ std::vector<ScheduleInfo> make_registry() {
   return list;
 }
 
-HbmMatrix shape_matrix(TensorId id, DType dtype, int rows, int cols) { return {id, dtype, nullptr, rows, cols, cols}; }
-
-// The HBM views of one head for a shape-only run: shapes, no data.
-HeadTensors shape_tensors(const HeadProblem& head) {
-  const DType t = head.dtype;
-  const int nq = head.seqlen_q, nk = head.seqlen_k, d = head.head_dim, dv = head.head_dim_v;
-  HeadTensors x;
-  x.Q = shape_matrix(TensorId::Q, t, nq, d);
-  x.K = shape_matrix(TensorId::K, t, nk, d);
-  x.V = shape_matrix(TensorId::V, t, nk, dv);
-  x.O = shape_matrix(TensorId::O, t, nq, dv);
-  x.LSE = shape_matrix(TensorId::LSE, DType::fp32, nq, 1);
-  x.dO = shape_matrix(TensorId::dO, t, nq, dv);
-  x.dQ = shape_matrix(TensorId::dQ, t, nq, d);
-  x.dK = shape_matrix(TensorId::dK, t, nk, d);
-  x.dV = shape_matrix(TensorId::dV, t, nk, dv);
-  return x;
-}
-
 template <class Memory>
 Counters run_one_head(const ScheduleInfo& info, const HeadProblem& head, const BlockSizes& blocks,
                       const HeadTensors& x, const Problem& problem, const RunOptions& options) {
@@ -215,7 +196,7 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
   const bool grouped = backward && heads > 1;
   auto views = [&](int h) {
     if constexpr (Memory::with_data) return head_tensors(*tensors, problem, b, h);
-    return shape_tensors(head_problem(problem, b, h));
+    return shape_only_head_tensors(problem, b);  // run_backward.hpp: shapes, no data
   };
   Counters total;
   HbmScratch group_buffers(Memory::with_data);
