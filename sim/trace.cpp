@@ -314,4 +314,20 @@ Trace load_trace(const std::string& path) {
   return trace_from_json_text(text.str(), "trace file " + path);
 }
 
+TraceInfo trace_info(const std::string& schedule, const Problem& problem, std::int64_t sram_capacity_bytes,
+                     int block_rows, int block_cols) {
+  TraceInfo info;
+  info.schedule = schedule;
+  info.seqlen_q = problem.seqlen_q;
+  info.seqlen_k = problem.seqlen_k;
+  info.head_dim = problem.head_dim;
+  info.head_dim_v = problem.value_dim();
+  info.dtype = problem.dtype;
+  info.mask = problem.mask;
+  info.sram_capacity_bytes = sram_capacity_bytes;
+  info.block_rows = block_rows;
+  info.block_cols = block_cols;
+  return info;
+}
+
 }  // namespace flashlab

@@ -60,6 +60,10 @@ struct TraceInfo {
   bool operator==(const TraceInfo&) const;
 };
 
+// The header of a trace of one head of `problem` run by `schedule` with these blocks and SRAM.
+TraceInfo trace_info(const std::string& schedule, const Problem& problem, std::int64_t sram_capacity_bytes,
+                     int block_rows, int block_cols);
+
 struct Trace {
   TraceInfo info;
   std::vector<RecordedEvent> events;

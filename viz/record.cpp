@@ -56,17 +56,7 @@ Recording record_trace(const RecordRequest& request) {
   options.trace = &recorder;
   const sim::RunResult run = sim::run_schedule(request.schedule, problem, options);
 
-  TraceInfo info;
-  info.schedule = run.schedule;
-  info.seqlen_q = problem.seqlen_q;
-  info.seqlen_k = problem.seqlen_k;
-  info.head_dim = problem.head_dim;
-  info.head_dim_v = problem.value_dim();
-  info.dtype = problem.dtype;
-  info.mask = problem.mask;
-  info.sram_capacity_bytes = request.sram_bytes;
-  info.block_rows = run.blocks.block_rows;
-  info.block_cols = run.blocks.block_cols;
+  TraceInfo info = trace_info(run.schedule, problem, request.sram_bytes, run.blocks.block_rows, run.blocks.block_cols);
   if (recorder.overflowed())
     throw std::invalid_argument(too_large("this problem", std::to_string(recorder.seen_events()) +
                                                               " events, more than the " +

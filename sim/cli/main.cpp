@@ -300,17 +300,7 @@ int command_trace(ProblemOptions& po, const std::string& schedule, bool dtype_gi
   TraceRecorder recorder(max_events, value_limit);
   options.trace = &recorder;
   const RunResult result = run_schedule(schedule, problem, options);
-  TraceInfo info;
-  info.schedule = schedule;
-  info.seqlen_q = problem.seqlen_q;
-  info.seqlen_k = problem.seqlen_k;
-  info.head_dim = problem.head_dim;
-  info.head_dim_v = problem.value_dim();
-  info.dtype = problem.dtype;
-  info.mask = problem.mask;
-  info.sram_capacity_bytes = options.sram_bytes;
-  info.block_rows = result.blocks.block_rows;
-  info.block_cols = result.blocks.block_cols;
+  const TraceInfo info = trace_info(schedule, problem, options.sram_bytes, result.blocks.block_rows, result.blocks.block_cols);
   const Trace trace = recorder.finish(info);  // TraceOverflow when the bound was hit: no file
   write_file(out, trace_to_json_text(trace) + "\n");
   std::cout << "trace of " << schedule << ": " << trace.events.size() << " events, HBM "
