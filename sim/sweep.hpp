@@ -4,7 +4,7 @@
 // Output schema (version 1; the JSON is what scripts/plot_sweep.py reads):
 //   {"format": "flashlab-sweep", "version": 1, "command": "<the exact command line>",
 //    "machine": <preset> | null, "dtype": "bf16", "batch": 1, "heads": 1,
-//    "points": [{"schedule", "mask", "seqlen", "head_dim", "sram_bytes", "m_elements",
+//    "points": [{"schedule", "mask", "seqlen", "head_dim", "sram_bytes",
 //                "status": "ok" | "does_not_fit", "reason" (does_not_fit only),
 //                "block_rows", "block_cols", "kept_fraction", "sram_unbounded",
 //                "hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements",
