@@ -22,7 +22,7 @@
 #include <string>
 
 #include "03_fa1_forward.hpp"  // Fa1Tiling
-#include "run_backward.hpp"    // fp32_gradient_accumulator, convert_gradient
+#include "run_backward.hpp"    // fp32_gradient_accumulator, zero_gradient, convert_gradient
 #include "tile_memory.hpp"
 
 namespace flashlab {
@@ -58,17 +58,9 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
   // Line 5: dQ = 0, dK = 0, dV = 0 in HBM (dK and dV are overwritten at line 24 anyway).
   mem.mark_line(5);
   const HbmMatrix dQ = fp32_gradient_accumulator(scratch, x.dQ);
-  for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-    const Range rows = row_block(row_begin);
-    Tile zero = mem.zeros(TensorId::dQ, rows, {0, d});
-    mem.store(dQ, rows, zero);
-  }
+  zero_gradient(mem, dQ, Br);
   for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
-    const Range cols = col_block(col_begin);
-    Tile dk_zero = mem.zeros(TensorId::dK, cols, {0, d});
-    mem.store(x.dK, cols, dk_zero);
-    Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, d_v});
-    mem.store(x.dV, cols, dv_zero);
+    zero_key_gradients(mem, x, col_block(col_begin));
   }
 
   for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {  // line 6

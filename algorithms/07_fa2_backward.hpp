@@ -44,11 +44,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
   // Line 3: dQ = 0 in HBM (fp32).
   mem.mark_line(3);
   const HbmMatrix dQ = fp32_gradient_accumulator(scratch, x.dQ);
-  for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-    const Range rows = row_block(row_begin);
-    Tile zero = mem.zeros(TensorId::dQ, rows, {0, d});
-    mem.store(dQ, rows, zero);
-  }
+  zero_gradient(mem, dQ, Br);
 
   // Line 4: D = rowsum(dO * O), written to HBM.
   mem.mark_line(4);
@@ -78,10 +74,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
     }
     if (visible_rows.empty()) {  // no query sees these keys: their gradients are zero
       mem.mark_line(18);
-      Tile dk_zero = mem.zeros(TensorId::dK, cols, {0, d});
-      mem.store(x.dK, cols, dk_zero);
-      Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, d_v});
-      mem.store(x.dV, cols, dv_zero);
+      zero_key_gradients(mem, x, cols);
       continue;
     }
     mem.mark_line(6);

@@ -71,6 +71,27 @@ inline HbmMatrix fp32_gradient_accumulator(HbmScratch& scratch, const HbmMatrix&
   return scratch.matrix(output.id, DType::fp32, output.rows, output.cols);
 }
 
+// Before the main loop: a gradient = 0 in HBM (dQ: FA1 Algorithm 4, line 5; FA2 Algorithm 2,
+// line 3), block_rows rows at a time.
+template <class Memory>
+void zero_gradient(Memory& mem, const HbmMatrix& gradient, int block_rows) {
+  for (int row_begin = 0; row_begin < gradient.rows; row_begin += block_rows) {
+    const Range rows{row_begin, std::min(block_rows, gradient.rows - row_begin)};
+    Tile zero = mem.zeros(gradient.id, rows, {0, gradient.cols});
+    mem.store(gradient, rows, zero);
+  }
+}
+
+// dK_j = 0 and dV_j = 0 written to HBM for the key block `cols`: FA1 Algorithm 4's line 5, block
+// by block, and FA2 Algorithm 2's result for a key block no query sees.
+template <class Memory>
+void zero_key_gradients(Memory& mem, const HeadTensors& x, Range cols) {
+  Tile dk_zero = mem.zeros(TensorId::dK, cols, {0, x.dK.cols});
+  mem.store(x.dK, cols, dk_zero);
+  Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, x.dV.cols});
+  mem.store(x.dV, cols, dv_zero);
+}
+
 // After the main loop: dQ rounded once from its fp32 accumulator to the output's dtype.
 template <class Memory>
 void convert_gradient(Memory& mem, const HbmMatrix& accumulator, const HbmMatrix& output, int block_rows) {
