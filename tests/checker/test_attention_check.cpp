@@ -96,3 +96,30 @@ TEST_CASE("reference grid: unwritten outputs and nondeterminism are caught", "[c
   CHECK(nondeterministic.status == CaseResult::Status::failed);
   CHECK(nondeterministic.report.find("not deterministic") != std::string::npos);
 }
+
+TEST_CASE("reference grid: an implementation that ignores softcap, ALiBi or dropout fails", "[checker]") {
+  // The naive same-precision baseline must compute the problem that was asked (score
+  // modifications and dropout included); a baseline that ignored them would be as wrong as the
+  // implementation and let it pass.
+  const std::string feature = GENERATE("softcap", "alibi", "dropout");
+  Problem problem;
+  problem.batch = 2, problem.heads_q = 2, problem.heads_kv = 1, problem.seqlen_q = 113, problem.seqlen_k = 203;
+  problem.head_dim = 40, problem.dtype = GENERATE(DType::bf16, DType::fp16);
+  if (feature == "softcap") problem.softcap = 2.0f;
+  if (feature == "alibi") problem.alibi_slopes = {0.5f, 0.125f};
+  if (feature == "dropout") problem.dropout = {0.2f, reference::fresh_seed(), 7};
+  INFO(feature << ", " << reference::describe(problem));
+
+  const CaseResult right = reference::check_forward_case(cpu_fa2, problem);
+  INFO(right.report);
+  CHECK(right.status == CaseResult::Status::passed);
+
+  const auto ignores_feature = [](const Problem& p, AttentionTensors& t) {
+    Problem plain = p;
+    plain.softcap = 0.0f, plain.alibi_slopes.clear(), plain.dropout = {};
+    cpu_fa2(plain, t);
+  };
+  const CaseResult wrong = reference::check_forward_case(ignores_feature, problem);
+  INFO(wrong.report);
+  CHECK(wrong.status == CaseResult::Status::failed);
+}

@@ -34,7 +34,11 @@ NaiveOutputs naive_forward_same_precision(const Problem& problem, const Attentio
           }
           float dot = 0.f;  // fp32 accumulation, as the tensor cores and cuBLAS do
           for (int c = 0; c < d; ++c) dot += x.Q.at(row_q + i, h, c) * x.K.at(row_k + j, kv, c);
-          s[j] = round_to(dtype, dot * scale);
+          // softcap, then ALiBi, written here as in the oracle (not through the code under test)
+          float score = dot * scale;
+          if (head.softcap > 0) score = head.softcap * std::tanh(score / head.softcap);
+          if (head.alibi_slope != 0) score -= head.alibi_slope * static_cast<float>(std::abs(i + head.diagonal_offset() - j));
+          s[j] = round_to(dtype, score);
           row_max = std::max(row_max, s[j]);
         }
         float sum = 0.f;
@@ -43,6 +47,10 @@ NaiveOutputs naive_forward_same_precision(const Problem& problem, const Attentio
           sum += p[j];
         }
         for (int j = 0; j < head.seqlen_k; ++j) p[j] = sum > 0 ? round_to(dtype, p[j] / sum) : 0.f;
+        if (head.dropout.probability > 0) {  // dropout on the stored P, as a framework applies it
+          for (int j = 0; j < head.seqlen_k; ++j)
+            p[j] = head.dropout_keeps(i, j) ? round_to(dtype, p[j] * head.dropout_scale()) : 0.f;
+        }
         for (int c = 0; c < dv; ++c) {
           float acc = 0.f;
           for (int j = 0; j < head.seqlen_k; ++j) acc += p[j] * x.V.at(row_k + j, kv, c);

@@ -30,8 +30,10 @@ namespace flashlab::reference {
 // the problem's dtype; LSE natural-log, [rows_q, heads_q, 1]). It may throw std::invalid_argument.
 using ForwardImplementation = std::function<void(const Problem&, AttentionTensors&)>;
 
-// Naive attention in the problem's precision: S = round(scale * Q K^T) (fp32 accumulation),
-// P = round(softmax(S)) (softmax in fp32), O = round(P V); LSE = logsumexp of the rounded S.
+// Naive attention in the problem's precision: S = round(modify(scale * Q K^T)) (fp32
+// accumulation; softcap, ALiBi and the mask applied as the oracle does), P =
+// round(softmax(S)) (softmax in fp32), dropout on P (kept entries round(P / (1 - p))),
+// O = round(P V); LSE = logsumexp of the rounded S (before dropout).
 struct NaiveOutputs {
   HostTensor O, LSE;
 };
