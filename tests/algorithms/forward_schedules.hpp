@@ -104,7 +104,7 @@ inline Counters run_forward_shape_only(ForwardSchedule schedule, const Problem& 
     for (int h = 0; h < problem.heads_q; ++h) {
       ShapeMemory memory(MemoryConfig{problem.dtype, sram_bytes});
       run_forward_head(schedule, memory, head_problem(problem, b, h),
-                       shape_only_head_tensors(problem, b), blocks);
+                       testing::shape_only_head_tensors(problem, b), blocks);
       total += memory.counters();
     }
   }
