@@ -22,6 +22,7 @@
 
 #include "online_softmax.hpp"
 #include "tile_memory.hpp"
+#include "tiling.hpp"
 
 namespace flashlab {
 
@@ -29,8 +30,7 @@ struct SoftmaxTiling {
   int block_cols = 64;  // elements of each row per block
 
   void validate() const {
-    if (block_cols < 1)
-      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    require_block_size("block_cols", block_cols);
   }
 };
 

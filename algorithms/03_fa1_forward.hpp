@@ -34,6 +34,7 @@
 #include <string>
 
 #include "tile_memory.hpp"
+#include "tiling.hpp"
 
 namespace flashlab {
 
@@ -42,10 +43,8 @@ struct Fa1Tiling {
   int block_cols = 64;  // Bc: keys per block
 
   void validate() const {
-    if (block_rows < 1)
-      throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1)
-      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    require_block_size("block_rows", block_rows);
+    require_block_size("block_cols", block_cols);
   }
 
   // FA1 Algorithm 1, line 1, from the SRAM size in bytes.

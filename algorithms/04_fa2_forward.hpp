@@ -8,11 +8,10 @@
 #pragma once
 
 #include <algorithm>
-#include <stdexcept>
-#include <string>
 
 #include "online_softmax.hpp"
 #include "tile_memory.hpp"
+#include "tiling.hpp"
 
 namespace flashlab {
 
@@ -21,8 +20,8 @@ struct Fa2Tiling {
   int block_cols = 64;  // Bc: keys per block
 
   void validate() const {
-    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    require_block_size("block_rows", block_rows);
+    require_block_size("block_cols", block_cols);
   }
 };
 

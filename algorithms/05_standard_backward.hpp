@@ -27,11 +27,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
+#include "tiling.hpp"
 
 namespace flashlab {
 
@@ -42,8 +41,8 @@ struct StandardBackwardTiling {
   int block_cols = 64;  // keys per block
 
   void validate() const {
-    if (block_rows < 1) throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1) throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    require_block_size("block_rows", block_rows);
+    require_block_size("block_cols", block_cols);
   }
 };
 

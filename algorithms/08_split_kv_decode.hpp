@@ -40,6 +40,7 @@
 
 #include "online_softmax.hpp"
 #include "tile_memory.hpp"
+#include "tiling.hpp"
 
 namespace flashlab {
 
@@ -50,10 +51,8 @@ struct SplitKvTiling {
   int split_length = 0;  // keys per chunk; 0: ceil(seqlen_k / num_splits)
 
   void validate() const {
-    if (block_rows < 1)
-      throw std::invalid_argument("block_rows = " + std::to_string(block_rows) + "; allowed: >= 1");
-    if (block_cols < 1)
-      throw std::invalid_argument("block_cols = " + std::to_string(block_cols) + "; allowed: >= 1");
+    require_block_size("block_rows", block_rows);
+    require_block_size("block_cols", block_cols);
     if (split_length < 0) {
       throw std::invalid_argument("split_length = " + std::to_string(split_length) +
                                   "; allowed: >= 1, or 0 to use num_splits");
