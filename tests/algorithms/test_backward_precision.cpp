@@ -145,6 +145,16 @@ TEST_CASE("Backward schedules in bf16 and fp16 meet the low-precision rule", "[b
   backward_test::run(Schedule::standard, problem, &naive_run, {64, 64});
   const auto naive = backward_test::compare_gradients(naive_run, oracle);
   REQUIRE_FALSE(naive.any_nan());
+  {
+    // The baseline is itself a schedule under test: a low-precision bug in it would loosen the
+    // 3x rule for the others. Its error must stay at rounding level: 4 units of the dtype's
+    // precision (2^-8 for bf16, 2^-11 for fp16) times the largest gradient; measured at most 1.5.
+    const double unit = dtype == DType::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const double baseline_limit = 4 * unit * std::max(1.0, backward_test::largest_gradient(oracle));
+    INFO("05 standard backward as the baseline, " << feature << ": " << reference::describe(problem) << ", seed "
+                                                  << seed << "\n" << naive.describe() << "\nlimit " << baseline_limit);
+    REQUIRE(naive.max_error() <= baseline_limit);
+  }
 
   for (Schedule schedule : {Schedule::fa1, Schedule::fa2}) {
     AttentionTensors run = inputs;
