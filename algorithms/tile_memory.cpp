@@ -59,15 +59,6 @@ void SramArena::overflow(const Tile& tile) const {
   throw SramOverflow(message.str());
 }
 
-void SramArena::record_free(const Tile& tile) const {
-  TraceEvent event;
-  event.kind = EventKind::free;
-  event.tensor = tile.id();
-  event.rows = tile.rows();
-  event.cols = tile.cols();
-  event.sram_bytes = in_use_bytes_;
-  event.bytes = tile.bytes();
-  sink->record(event);
-}
+void SramArena::record_free(const Tile& tile) const { sink->record(tile_event(EventKind::free, tile, in_use_bytes_)); }
 
 }  // namespace flashlab

@@ -168,6 +168,18 @@ class Tile {
   mutable const Tile* next_live_ = nullptr;
 };
 
+// The trace event of one tile (load, compute, free): its tensor, position and size.
+inline TraceEvent tile_event(EventKind kind, const Tile& tile, std::int64_t sram_bytes) {
+  TraceEvent event;
+  event.kind = kind;
+  event.tensor = tile.id();
+  event.rows = tile.rows();
+  event.cols = tile.cols();
+  event.sram_bytes = sram_bytes;
+  event.bytes = tile.bytes();
+  return event;
+}
+
 inline void SramArena::acquire(const Tile& tile) {
   const std::int64_t bytes = tile.bytes();
   if (capacity_bytes_ > 0 && in_use_bytes_ + bytes > capacity_bytes_) overflow(tile);
@@ -541,14 +553,8 @@ class TileMemory {
   }
   void emit(EventKind kind, const Tile& tile, const char* op = "") {
     if (!arena_.sink) return;
-    TraceEvent event;
-    event.kind = kind;
-    event.tensor = tile.id();
-    event.rows = tile.rows();
-    event.cols = tile.cols();
+    TraceEvent event = tile_event(kind, tile, arena_.in_use_bytes());
     event.op = op;
-    event.sram_bytes = arena_.in_use_bytes();
-    event.bytes = tile.bytes();
     if constexpr (kWithData) {
       if (kind == EventKind::compute && tile.elements() <= arena_.sink->value_elements_limit)
         event.values.assign(tile.values.data(), tile.values.data() + tile.values.size());
