@@ -97,8 +97,14 @@ std::string describe(const Problem& p) {
     text << ", window (" << p.mask.window_left << ", " << p.mask.window_right << ")";
   if (!p.alibi_slopes.empty()) text << ", alibi";
   if (p.softcap > 0) text << ", softcap " << p.softcap;
-  if (p.block_sparsity.enabled()) text << ", block-sparse";
-  if (p.dropout.probability > 0) text << ", dropout " << p.dropout.probability;
+  if (p.block_sparsity.enabled()) {
+    long long kept = 0;
+    for (const auto k : p.block_sparsity.keep) kept += k != 0;
+    text << ", block-sparse " << p.block_sparsity.block_rows << "x" << p.block_sparsity.block_cols << " blocks ("
+         << kept << " of " << p.block_sparsity.keep.size() << " kept)";
+  }
+  if (p.dropout.probability > 0)  // the dropout mask is replayed from (seed, offset)
+    text << ", dropout " << p.dropout.probability << " (seed " << p.dropout.seed << ", offset " << p.dropout.offset << ")";
   return text.str();
 }
 
