@@ -79,7 +79,7 @@ bool bitwise_equal(const HostTensor& a, const HostTensor& b) {
 
 TEST_CASE("Backward schedules match the oracle's gradients on the odd shapes", "[backward]") {
   const auto [seqlen_q, seqlen_k] =
-      GENERATE(table<int, int>({{113, 203}, {128, 217}, {1, 1}, {239, 1}, {799, 3}, {108, 256}}));
+      GENERATE(table<int, int>({{113, 203}, {128, 217}, {1, 1}, {239, 1}, {799, 3}, {108, 256}, {256, 512}, {512, 256}}));
   const int mask_kind = GENERATE(0, 1, 2);  // none, causal bottom-right, causal top-left
   const Schedule schedule = GENERATE(Schedule::standard, Schedule::fa1, Schedule::fa2);
   Problem problem = base_problem(seqlen_q, seqlen_k, 59);
@@ -132,9 +132,10 @@ TEST_CASE("Backward schedules: masks, score modifications, dropout, GQA/MQA, var
   check_against_oracle(schedule, problem, {32, 48});
 }
 
-TEST_CASE("Backward schedules on a (1023, 1024) problem", "[backward]") {
+TEST_CASE("Backward schedules on (1023, 1024) and (1024, 1023) problems", "[backward]") {
   const Schedule schedule = GENERATE(Schedule::standard, Schedule::fa1, Schedule::fa2);
-  Problem problem = base_problem(1023, 1024, 32);  // one head, small d: the shape, kept cheap
+  const auto [seqlen_q, seqlen_k] = GENERATE(table<int, int>({{1023, 1024}, {1024, 1023}}));
+  Problem problem = base_problem(seqlen_q, seqlen_k, 32);  // one head, small d: the shape, kept cheap
   problem.batch = 1;
   problem.heads_q = 1;
   problem.mask.causal = true;
