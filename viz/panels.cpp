@@ -1,7 +1,7 @@
 // The visualizer's panels, in Dear ImGui's immediate-mode style.
 //
 // [SECTION] Index
-//   [SECTION] Helpers: colours per tensor, byte sizes, problem of a trace
+//   [SECTION] Helpers: colours per tensor, byte sizes, problem of a trace, a lane panel's window
 //   [SECTION] Lanes: recording, loading, playback
 //   [SECTION] Layout: where each panel goes
 //   [SECTION] Controls: schedule, problem, tiling, trace file, playback
@@ -109,6 +109,21 @@ void ShowLaneError(const Lane& lane) {
   } else {
     ImGui::TextDisabled("No trace yet: choose a schedule and a problem, then Run.");
   }
+}
+
+// Begins the window of a lane's panel. False (the window already ended) when it is collapsed or
+// the lane has no trace yet (it then says why); when true the panel ends the window itself.
+bool BeginLanePanel(const Lane& lane, const char* title, bool* open) {
+  if (!ImGui::Begin(title, open)) {
+    ImGui::End();
+    return false;
+  }
+  if (!lane.has_trace) {
+    ShowLaneError(lane);
+    ImGui::End();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -504,15 +519,7 @@ void LegendSwatch(ImU32 color, const char* label, bool hatch = false) {
 }  // namespace
 
 void ShowScoreTiles(Lane& lane, const char* title, bool* open) {
-  if (!ImGui::Begin(title, open)) {
-    ImGui::End();
-    return;
-  }
-  if (!lane.has_trace) {
-    ShowLaneError(lane);
-    ImGui::End();
-    return;
-  }
+  if (!BeginLanePanel(lane, title, open)) return;
   const ScoreGrid& grid = lane.grid;
   if (grid.empty()) {
     ImGui::TextWrapped("This schedule makes no score tiles (S or A); see the memory panel.");
@@ -603,15 +610,7 @@ void ShowScoreTiles(Lane& lane, const char* title, bool* open) {
 // [SECTION] Memory
 
 void ShowMemory(Lane& lane, const char* title, bool* open) {
-  if (!ImGui::Begin(title, open)) {
-    ImGui::End();
-    return;
-  }
-  if (!lane.has_trace) {
-    ShowLaneError(lane);
-    ImGui::End();
-    return;
-  }
+  if (!BeginLanePanel(lane, title, open)) return;
   const TraceState& state = lane.state;
   const TraceInfo& info = lane.trace.info;
   ImDrawList* draw = ImGui::GetWindowDrawList();
@@ -712,15 +711,7 @@ void ShowMemory(Lane& lane, const char* title, bool* open) {
 // [SECTION] Online softmax
 
 void ShowSoftmaxState(Lane& lane, const char* title, bool* open) {
-  if (!ImGui::Begin(title, open)) {
-    ImGui::End();
-    return;
-  }
-  if (!lane.has_trace) {
-    ShowLaneError(lane);
-    ImGui::End();
-    return;
-  }
+  if (!BeginLanePanel(lane, title, open)) return;
   if (lane.end_state.position > 0 && !lane.keeps_softmax_state) {
     ImGui::TextWrapped("%s keeps no online-softmax state: %s", lane.trace.info.schedule.c_str(),
                        std::count(lane.hbm_tensors.begin(), lane.hbm_tensors.end(), TensorId::A)
@@ -812,15 +803,7 @@ void ShowSoftmaxState(Lane& lane, const char* title, bool* open) {
 // [SECTION] Counters
 
 void ShowCounters(Lane& lane, const char* title, bool* open) {
-  if (!ImGui::Begin(title, open)) {
-    ImGui::End();
-    return;
-  }
-  if (!lane.has_trace) {
-    ShowLaneError(lane);
-    ImGui::End();
-    return;
-  }
+  if (!BeginLanePanel(lane, title, open)) return;
   const TraceState& state = lane.state;
   const TraceState& end = lane.end_state;
   const std::int64_t so_far = state.hbm_read_bytes() + state.hbm_write_bytes();
@@ -925,15 +908,7 @@ void ShowCounters(Lane& lane, const char* title, bool* open) {
 // [SECTION] Pseudocode
 
 void ShowPseudocode(Lane& lane, const char* title, bool* open) {
-  if (!ImGui::Begin(title, open)) {
-    ImGui::End();
-    return;
-  }
-  if (!lane.has_trace) {
-    ShowLaneError(lane);
-    ImGui::End();
-    return;
-  }
+  if (!BeginLanePanel(lane, title, open)) return;
   const Pseudocode* code = find_pseudocode(lane.trace.info.schedule);
   if (!code) {
     ImGui::TextWrapped("No pseudocode is written for '%s'; it is at its paper's line %d.", lane.trace.info.schedule.c_str(),
