@@ -28,23 +28,16 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "02_standard_attention.hpp"  // StandardTiling
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
-#include "tiling.hpp"
 
 namespace flashlab {
 
-// Blocks of the N x N matrices moved by lines 1, 2, 4 and 5 (and the residual pass). Line 3 moves
-// whole rows of P, dP and dS: its row sum needs the full row.
-struct StandardBackwardTiling {
-  int block_rows = 64;  // query rows per block
-  int block_cols = 64;  // keys per block
-
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-};
+// The blocks of Algorithm 0's (02_standard_attention.hpp): query rows x keys of the N x N
+// matrices moved by lines 1, 2, 4 and 5 (and the residual pass). Line 3 moves whole rows of P, dP
+// and dS: its row sum needs the full row.
+using StandardBackwardTiling = StandardTiling;
 
 // The N x N matrices of one head in HBM. S is only needed (and only allocated) with a softcap.
 struct StandardBackwardResiduals {
