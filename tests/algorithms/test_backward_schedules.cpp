@@ -307,6 +307,9 @@ TEST_CASE("Backward schedules reject bad block sizes and overflow a too small SR
   const std::string overflow = thrown_message([&] { backward_test::run(schedule, problem, &tensors, {16, 16}, 2048); });
   CHECK(overflow.find("M = 2048 B") != std::string::npos);
   CHECK_THROWS_AS(backward_test::run<DataMemory>(schedule, problem, nullptr, {16, 16}), std::invalid_argument);
+  const std::string no_tensors = thrown_message([&] { backward_test::run<DataMemory>(schedule, problem, nullptr, {16, 16}); });
+  CHECK(no_tensors.find("tensors = null") != std::string::npos);
+  CHECK(no_tensors.find("allowed only with a shape-only memory model") != std::string::npos);
 }
 
 TEST_CASE("FA1 backward with the paper's block sizes from M", "[backward]") {

@@ -183,6 +183,8 @@ TEST_CASE("softmax lab: bad input names the input and the allowed range", "[soft
                     contains_text("block_cols = -2"));
   CHECK_THROWS_AS(softmax_three_pass(mem, x.shape_only(), wrong.shape_only(), {4}),
                   std::invalid_argument);
+  CHECK_THROWS_WITH(softmax_three_pass(mem, x.shape_only(), wrong.shape_only(), {4}),
+                    contains_text("Y is 2 x 9") && contains_text("allowed: 2 x 10"));
   CHECK_THROWS_WITH(
       softmax_times_values_single_pass(mem, x.shape_only(), v.shape_only(), y.shape_only(), {4}),
       contains_text("V has 9 rows") && contains_text("allowed"));

@@ -11,6 +11,7 @@
 
 using namespace flashlab;
 using namespace flashlab::sim;
+using flashlab::testing::contains_text;
 
 namespace {
 
@@ -151,8 +152,11 @@ TEST_CASE("block sizes derived from M fit M, and M below the smallest working se
       CHECK_NOTHROW(run_schedule(info.name, problem, options));  // the arena of M holds it
     }
     CHECK_THROWS_AS(derive_blocks(info.name, problem, 8), std::invalid_argument);
+    CHECK_THROWS_WITH(derive_blocks(info.name, problem, 8),
+                      contains_text("M = 8 B") && contains_text("'" + info.name + "'") && contains_text("allowed: M >="));
   }
   CHECK_THROWS_AS(find_schedule("fa3"), std::invalid_argument);
+  CHECK_THROWS_WITH(find_schedule("fa3"), contains_text("schedule 'fa3' is unknown") && contains_text("allowed: standard"));
   // FA1's rule is the paper's when it fits: Bc = ceil(M / 4d), Br = min(Bc, d), M in elements.
   const BlockSizes fa1 = derive_blocks("fa1", problem, 1 << 30);
   CHECK(fa1.block_cols == (((1 << 30) / 2) + 4 * 64 - 1) / (4 * 64));

@@ -13,6 +13,7 @@
 
 using namespace flashlab;
 using namespace flashlab::sim;
+using flashlab::testing::contains_text;
 
 TEST_CASE("the machine presets parse and cite a source for every number", "[sim][machines]") {
   const std::vector<Machine> machines = load_machines();
@@ -33,12 +34,16 @@ TEST_CASE("the machine presets parse and cite a source for every number", "[sim]
   CHECK(default_machine().key == "h100");
   CHECK(find_machine("h100").sram_bytes == default_machine().sram_bytes);
   CHECK_THROWS_AS(find_machine("z80"), std::invalid_argument);
+  CHECK_THROWS_WITH(find_machine("z80"), contains_text("machine 'z80' is unknown") && contains_text("allowed: a100"));
   nlohmann::json broken = to_json(default_machine());
   broken.erase("hbm_source");
   CHECK_THROWS_AS(machine_from_json(broken, "test"), std::invalid_argument);
+  CHECK_THROWS_WITH(machine_from_json(broken, "test"), contains_text("test: field 'hbm_source' is missing"));
   broken = to_json(default_machine());
   broken["matmul_flops_per_second"] = -1;
   CHECK_THROWS_AS(machine_from_json(broken, "test"), std::invalid_argument);
+  CHECK_THROWS_WITH(machine_from_json(broken, "test"),
+                    contains_text("matmul_flops_per_second = -1") && contains_text("allowed: > 0"));
 }
 
 TEST_CASE("the roofline time is the slowest of the four resources", "[sim][machines]") {
@@ -59,10 +64,12 @@ TEST_CASE("printers and parsers", "[sim][report]") {
   CHECK(parse_bytes("1M") == 1048576);
   CHECK(parse_bytes("4096") == 4096);
   CHECK_THROWS_AS(parse_bytes("12Q"), std::invalid_argument);
+  CHECK_THROWS_WITH(parse_bytes("12Q"), contains_text("size '12Q' is not understood") && contains_text("allowed"));
   CHECK_THROWS_AS(parse_bytes("K"), std::invalid_argument);
   CHECK(human_bytes(40.3e9) == "40.3 GB");
   CHECK(std::fabs(fit_exponent({1, 2, 4, 8}, {3, 12, 48, 192}) - 2.0) < 1e-12);
   CHECK_THROWS_AS(parse_mask("diagonal"), std::invalid_argument);
+  CHECK_THROWS_WITH(parse_mask("diagonal"), contains_text("mask 'diagonal' is not understood") && contains_text("allowed"));
   CHECK(parse_mask("window:16").window_left == 16);
   CHECK(parse_mask("sparse:0.25").kept_fraction == 0.25);
 

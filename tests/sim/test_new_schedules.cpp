@@ -67,4 +67,6 @@ TEST_CASE("square tiling's side follows Saha and Ye's rule", "[sim][square_tilin
   CHECK(SquareTiling::from_sram(4 * 4 * 99, DType::fp32).block == 9);
   CHECK(SquareTiling::from_sram(2 * 4 * 64 * 64, DType::bf16).block == 64);
   CHECK_THROWS_AS(SquareTiling::from_sram(15, DType::fp32), std::invalid_argument);
+  CHECK_THROWS_WITH(SquareTiling::from_sram(15, DType::fp32),
+                    testing::contains_text("M = 15 bytes") && testing::contains_text("allowed: M >= 16 bytes"));
 }
