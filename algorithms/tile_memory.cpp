@@ -59,6 +59,8 @@ void SramArena::overflow(const Tile& tile) const {
   throw SramOverflow(message.str());
 }
 
-void SramArena::record_free(const Tile& tile) const { sink->record(tile_event(EventKind::free, tile, in_use_bytes_)); }
+void SramArena::record_free(const Tile& tile) const {
+  sink->record(tile_event(EventKind::free, tile, in_use_bytes_));
+}
 
 }  // namespace flashlab

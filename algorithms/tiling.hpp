@@ -7,9 +7,12 @@
 
 namespace flashlab {
 
-// Throws std::invalid_argument naming the block size and its range: "block_rows = 0; allowed: >= 1".
+// A block size below 1 throws std::invalid_argument naming it and its range:
+// "block_rows = 0; allowed: >= 1".
 inline void require_block_size(const char* name, int size) {
-  if (size < 1) throw std::invalid_argument(std::string(name) + " = " + std::to_string(size) + "; allowed: >= 1");
+  if (size < 1)
+    throw std::invalid_argument(std::string(name) + " = " + std::to_string(size) +
+                                "; allowed: >= 1");
 }
 
 }  // namespace flashlab
