@@ -123,3 +123,26 @@ TEST_CASE("reference grid: an implementation that ignores softcap, ALiBi or drop
   INFO(wrong.report);
   CHECK(wrong.status == CaseResult::Status::failed);
 }
+
+TEST_CASE("reference grid: a fully masked row must be exactly O = 0 and LSE = -inf", "[checker]") {
+  // Bottom-right causal with seqlen_q > seqlen_k: queries 0..(seqlen_q - seqlen_k - 1) see no key.
+  // A small value left in O there is within 2x the naive error of the visible rows, so the
+  // max-error rule alone would not see it.
+  Problem problem;
+  problem.batch = 2, problem.heads_q = 2, problem.heads_kv = 1, problem.seqlen_q = 239, problem.seqlen_k = 113;
+  problem.head_dim = 40, problem.dtype = DType::bf16, problem.mask.causal = true;
+  const auto leaks_into_masked_rows = [](const Problem& p, AttentionTensors& t) {
+    cpu_fa2(p, t);
+    for (int row = 0; row < t.O.rows; ++row)
+      for (int h = 0; h < t.O.heads; ++h)
+        if (t.LSE.at(row, h, 0) == -INFINITY) t.O.at(row, h, 0) = round_to(p.dtype, 1e-3f);
+  };
+  const CaseResult leaky = reference::check_forward_case(leaks_into_masked_rows, problem);
+  INFO(leaky.report);
+  CHECK(leaky.fully_masked_rows > 0);
+  CHECK(leaky.status == CaseResult::Status::failed);
+  CHECK(leaky.report.find("fully masked") != std::string::npos);
+  const CaseResult right = reference::check_forward_case(cpu_fa2, problem);
+  INFO(right.report);
+  CHECK(right.status == CaseResult::Status::passed);
+}

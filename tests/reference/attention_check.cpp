@@ -124,6 +124,32 @@ CaseResult check_forward_case(const ForwardImplementation& implementation, const
 
   bool ok = within_rule(o_error, o_naive.max_error, options.output) &&
             within_rule(lse_error, lse_naive.max_error, options.lse);
+  // A row that sees no key must be exactly O = 0 and LSE = -inf: the max-error rule alone would
+  // let a small value through there whenever the visible rows' naive error is larger.
+  std::string masked_rows;
+  long long masked_wrong = 0;
+  for (int row = 0; row < tensors.O.rows; ++row) {
+    for (int h = 0; h < tensors.O.heads; ++h) {
+      if (!std::isinf(oracle.LSE.at(row, h, 0))) continue;
+      float largest_o = 0.0f;  // NaN (unwritten) stays visible: max with NaN is kept below
+      for (int c = 0; c < tensors.O.dim; ++c) {
+        const float o = std::fabs(tensors.O.at(row, h, c));
+        if (!(o <= largest_o)) largest_o = o;
+      }
+      if (tensors.LSE.at(row, h, 0) == -std::numeric_limits<float>::infinity() && largest_o == 0.0f) continue;
+      if (masked_wrong++ == 0) {
+        std::ostringstream first;
+        first << "(" << describe_row(problem, row) << ", head " << h << "): LSE " << tensors.LSE.at(row, h, 0)
+              << ", max |O| " << largest_o;
+        masked_rows = first.str();
+      }
+    }
+  }
+  if (masked_wrong > 0) {
+    ok = false;
+    masked_rows = "\n  fully masked rows not exactly O = 0, LSE = -inf: " + std::to_string(masked_wrong) + ", first at " +
+                  masked_rows;
+  }
   std::string determinism;
   if (options.check_determinism) {
     AttentionTensors again = tensors;
@@ -138,7 +164,7 @@ CaseResult check_forward_case(const ForwardImplementation& implementation, const
   std::ostringstream text;
   text << (ok ? "passed " : "FAILED ") << header.str() << "; " << result.fully_masked_rows << " fully masked rows\n  "
        << describe_error(problem, "O", o_error, o_naive.max_error, options.output) << "\n  "
-       << describe_error(problem, "LSE", lse_error, lse_naive.max_error, options.lse) << determinism;
+       << describe_error(problem, "LSE", lse_error, lse_naive.max_error, options.lse) << masked_rows << determinism;
   result.report = text.str();
   return result;
 }
