@@ -1,6 +1,7 @@
 #include "00_oracle.hpp"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -102,6 +103,21 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
     }
   }
   return result;
+}
+
+double max_abs_error(std::span<const float> got, std::span<const double> expected) {
+  if (got.size() != expected.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], e = expected[i];
+    if (std::isnan(g)) return std::numeric_limits<double>::infinity();
+    if (std::isinf(g) || std::isinf(e)) {
+      if (g != e) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, std::fabs(g - e));
+  }
+  return worst;
 }
 
 }  // namespace flashlab

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "problem.hpp"
@@ -36,5 +37,9 @@ struct OracleOptions {
 // Inputs are read as given (already rounded to the problem's dtype); all math in double.
 OracleResult oracle_attention(const Problem& problem, const AttentionTensors& inputs,
                               const HostTensor* dO = nullptr, OracleOptions options = {});
+
+// The largest |got - expected| over two equally long sequences of values; -inf matches -inf (a
+// fully masked row's LSE); a NaN, an unmatched infinity or a length mismatch is an infinite error.
+double max_abs_error(std::span<const float> got, std::span<const double> expected);
 
 }  // namespace flashlab
