@@ -169,39 +169,48 @@ TEST_CASE("split-KV decoding counts one pass over K and V plus the partials", "[
 }
 
 TEST_CASE("block-sparse FlashAttention moves what its kept blocks need (FA1 Proposition 4)", "[sim][theory][block_sparse]") {
-  const double kept = GENERATE(0.125, 0.5, 0.875);
   SweepGrid grid;
   grid.dtype = DType::bf16;
   const int n = 2048, d = 64;
   const std::int64_t sram = 64 * K;
   const BlockSizes tiles = derive_blocks("block_sparse", sweep_problem(grid, n, d, parse_mask("none"), {}), sram);
-  const Problem problem = sweep_problem(grid, n, d, parse_mask("sparse:" + std::to_string(kept)), tiles);
-  RunOptions options;
-  options.sram_bytes = sram;
-  options.blocks = tiles;
-  const Counters c = run_schedule("block_sparse", problem, options).counters;
-  // Every kept tile reads Q_i (Br x d); every column with a kept tile reads K_j, V_j once.
-  const BlockSparsity& s = problem.block_sparsity;
-  std::int64_t q_reads = 0, kv_reads = 0, kept_tiles = 0;
-  for (int j = 0; j < s.col_blocks; ++j) {
-    const std::int64_t cols = std::min(tiles.block_cols, n - j * tiles.block_cols);
-    bool any = false;
-    for (int i = 0; i < s.row_blocks; ++i) {
-      if (!s.kept(i, j)) continue;
-      any = true, ++kept_tiles;
-      q_reads += std::min<std::int64_t>(tiles.block_rows, n - i * tiles.block_rows) * d;
+  double lowest_ratio = INFINITY, highest_ratio = 0;
+  std::int64_t previous_traffic = 0;
+  for (const double kept : {0.125, 0.25, 0.5, 0.875}) {
+    const Problem problem = sweep_problem(grid, n, d, parse_mask("sparse:" + std::to_string(kept)), tiles);
+    RunOptions options;
+    options.sram_bytes = sram;
+    options.blocks = tiles;
+    const Counters c = run_schedule("block_sparse", problem, options).counters;
+    // Every kept tile reads Q_i (Br x d); every column with a kept tile reads K_j, V_j once.
+    const BlockSparsity& s = problem.block_sparsity;
+    std::int64_t q_reads = 0, kv_reads = 0, kept_tiles = 0;
+    for (int j = 0; j < s.col_blocks; ++j) {
+      const std::int64_t cols = std::min(tiles.block_cols, n - j * tiles.block_cols);
+      bool any = false;
+      for (int i = 0; i < s.row_blocks; ++i) {
+        if (!s.kept(i, j)) continue;
+        any = true, ++kept_tiles;
+        q_reads += std::min<std::int64_t>(tiles.block_rows, n - i * tiles.block_rows) * d;
+      }
+      if (any) kv_reads += cols * d;
     }
-    if (any) kv_reads += cols * d;
+    const double fraction = static_cast<double>(kept_tiles) / static_cast<double>(s.keep.size());
+    const double ratio = static_cast<double>(hbm_elements(c)) / block_sparse_bound(bound_inputs(problem, sram, fraction));
+    INFO("kept " << kept << " (actual " << fraction << "), tiles " << tiles.block_rows << " x " << tiles.block_cols
+                 << ", counted / bound " << ratio);
+    CHECK(c[TensorId::Q].hbm_read_elements == q_reads);
+    CHECK(c[TensorId::K].hbm_read_elements == kv_reads);
+    CHECK(std::fabs(fraction - kept) < 0.05);
+    CHECK(c.hbm_bytes() > previous_traffic);  // more kept blocks, more traffic
+    previous_traffic = c.hbm_bytes();
+    lowest_ratio = std::min(lowest_ratio, ratio), highest_ratio = std::max(highest_ratio, ratio);
   }
-  const double fraction = static_cast<double>(kept_tiles) / static_cast<double>(s.keep.size());
-  INFO("kept " << kept << " (actual " << fraction << "), tiles " << tiles.block_rows << " x " << tiles.block_cols);
-  CHECK(c[TensorId::Q].hbm_read_elements == q_reads);
-  CHECK(c[TensorId::K].hbm_read_elements == kv_reads);
-  CHECK(std::fabs(fraction - kept) < 0.05);
-  // The Theta(N d + N^2 d^2 s / M) claim: the ratio to the bound does not drift with s.
-  const double ratio = static_cast<double>(hbm_elements(c)) / block_sparse_bound(bound_inputs(problem, sram, fraction));
-  CHECK(ratio > 2);
-  CHECK(ratio < 30);
+  // The Theta(N d + N^2 d^2 s / M) claim: counted / bound stays within a constant factor as s
+  // goes from 1/8 to 7/8 (measured 6.2 to 17: the N d and the N^2 d^2 s / M terms carry
+  // different constants, so the ratio moves between them, but by less than 3x).
+  INFO("counted / bound in [" << lowest_ratio << ", " << highest_ratio << "]");
+  CHECK(highest_ratio / lowest_ratio < 3.0);
 }
 
 TEST_CASE("bounds: Saha-Ye's lower bound turns at M = d^2 and never exceeds the FA bound", "[sim][bounds]") {
