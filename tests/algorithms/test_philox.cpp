@@ -38,7 +38,7 @@ TEST_CASE("Philox4x32-10 reproduces Random123's known answers", "[philox]") {
   }
 }
 
-TEST_CASE("dropout decisions: uniform in [0, 1), the kept share is 1 - p, (seed, offset) replays them",
+TEST_CASE("dropout decisions: uniform from 0 to 1, the kept share is 1 - p, (seed, offset) replays them",
           "[philox][dropout]") {
   const std::uint64_t seed = reference::fresh_seed();
   INFO("seed " << seed);
