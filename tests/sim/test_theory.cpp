@@ -50,6 +50,11 @@ TEST_CASE("tiled schedules: traffic grows as N^2, M^-1 and d^2 (FA1 Theorem 2 an
     INFO(schedule);
     CHECK(std::fabs(fitted(schedule, "N", {2048, 4096, 8192, 16384}, {64}, {128 * K}) - 2.0) < 0.1);
     CHECK(std::fabs(fitted(schedule, "M", {16384}, {64}, {128 * K, 256 * K, 512 * K, 1024 * K, 2048 * K}) + 1.0) < 0.1);
+    // The theorem's whole range d^2 <= M <= N d (8 KB to 2 MB in bf16): FA1 steepens near d^2
+    // (-1.09 measured) but stays within 0.1 too.
+    CHECK(std::fabs(fitted(schedule, "M", {16384}, {64},
+                           {8 * K, 16 * K, 32 * K, 64 * K, 128 * K, 256 * K, 512 * K, 1024 * K, 2048 * K}) +
+                    1.0) < 0.1);
     CHECK(std::fabs(fitted(schedule, "d", {16384}, {16, 32, 64, 128, 256}, {512 * K}) - 2.0) < 0.1);
   }
 }
