@@ -441,6 +441,24 @@ TEST_CASE("bad input raises std::invalid_argument naming the input and its range
   expect_error(p, "window_left");
   p = good, p.mask.window_right = -2;
   expect_error(p, "window_right");
+  p = good, p.head_dim_v = -3;
+  expect_error(p, "head_dim_v = -3");
+  p = good, p.softmax_scale = -0.5;
+  expect_error(p, "softmax_scale");
+  p = good, p.alibi_slopes = {0.5f, 0.25f, 0.125f};
+  expect_error(p, "alibi_slopes has 3 entries");
+  p = good, p.alibi_slopes = {0.5f, -0.25f, 0.125f, 0.0f};
+  expect_error(p, "alibi slope -0.25");
+  p = good, p.softcap = -1.0f;
+  expect_error(p, "softcap");
+  p = good, p.dropout.probability = 1.0f;
+  expect_error(p, "dropout probability");
+  p = good, p.block_sparsity = random_block_sparsity(p, 32, 24, reference::fresh_seed());
+  p.block_sparsity.keep.pop_back();
+  expect_error(p, "block_sparsity.keep");
+  p = good, set_varlen(p, {5, 7}, {9, 9});
+  p.cu_seqlens_q = {0, 5, 5};  // a sequence of length 0
+  expect_error(p, "cu_seqlens_q: sequence 1 has length 0");
   expect_error(good, "block_rows = 0", {0, 40, 3, 0});
   expect_error(good, "block_cols = -1", {48, -1, 3, 0});
 
