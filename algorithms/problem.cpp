@@ -116,7 +116,8 @@ void Problem::validate() const {
     bad_input("dropout probability = " + std::to_string(dropout.probability) + "; allowed: [0, 1)");
   }
   if (varlen() != !cu_seqlens_k.empty()) {
-    bad_input("cu_seqlens_q and cu_seqlens_k: give both or neither");
+    bad_input("cu_seqlens_q has " + std::to_string(cu_seqlens_q.size()) + " entries and cu_seqlens_k " +
+              std::to_string(cu_seqlens_k.size()) + "; allowed: both (batch + 1 entries each) or neither");
   }
   if (varlen()) {
     validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch);
