@@ -4,6 +4,7 @@
 // keeps (a counter-based RNG, so a (seed, offset) pair reproduces the same mask anywhere).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -142,6 +143,54 @@ struct HeadProblem {
   // from the causal and window masks (block sparsity is checked per block).
   std::pair<int, int> visible_key_range(int row_begin, int row_end) const;
 };
+
+// Inline: the tiled schedules ask these once per block pair.
+inline int HeadProblem::diagonal_offset() const {
+  return mask.alignment == CausalAlignment::bottom_right ? seqlen_k - seqlen_q : 0;
+}
+
+inline bool HeadProblem::key_visible_ignoring_sparsity(int row, int col) const {
+  const int diagonal = row + diagonal_offset();
+  if (mask.causal && col > diagonal) return false;
+  if (mask.window_right >= 0 && col > diagonal + mask.window_right) return false;
+  if (mask.window_left >= 0 && col < diagonal - mask.window_left) return false;
+  return true;
+}
+
+inline std::pair<int, int> HeadProblem::visible_key_range(int row_begin, int row_end) const {
+  int first = 0, last = seqlen_k;
+  const int offset = diagonal_offset();
+  const int right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+  if (right >= 0) last = std::min(last, row_end - 1 + offset + right + 1);
+  if (mask.window_left >= 0) first = std::max(first, row_begin + offset - mask.window_left);
+  return {std::clamp(first, 0, seqlen_k), std::clamp(last, 0, seqlen_k)};
+}
+
+inline HeadProblem::BlockCoverage HeadProblem::coverage(int row_begin, int row_end, int col_begin, int col_end) const {
+  // Causal and window masks are monotone in (row, col): test the block's extreme corners.
+  const auto [first, last] = visible_key_range(row_begin, row_end);
+  if (col_end <= first || col_begin >= last) return BlockCoverage::empty;
+  if (block_sparsity != nullptr) {
+    const int r0 = row_begin / block_sparsity->block_rows, r1 = (row_end - 1) / block_sparsity->block_rows;
+    const int c0 = col_begin / block_sparsity->block_cols, c1 = (col_end - 1) / block_sparsity->block_cols;
+    bool any = false, all = true;
+    for (int r = r0; r <= r1; ++r) {
+      for (int c = c0; c <= c1; ++c) {
+        const bool kept = block_sparsity->kept(r, c);
+        any = any || kept;
+        all = all && kept;
+      }
+    }
+    if (!any) return BlockCoverage::empty;
+    if (!all) return BlockCoverage::partial;
+  }
+  // Full iff the top-right corner is visible for the first row and the bottom-left for the last.
+  const bool corners = key_visible_ignoring_sparsity(row_begin, col_end - 1) &&
+                       key_visible_ignoring_sparsity(row_end - 1, col_begin) &&
+                       key_visible_ignoring_sparsity(row_begin, col_begin) &&
+                       key_visible_ignoring_sparsity(row_end - 1, col_end - 1);
+  return corners ? BlockCoverage::full : BlockCoverage::partial;
+}
 
 HeadProblem head_problem(const Problem& problem, int batch_index, int head_index);
 

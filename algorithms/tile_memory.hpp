@@ -25,6 +25,15 @@
 #include "problem.hpp"
 #include "tensors.hpp"
 
+// A shape-only sweep calls the ops and their bookkeeping (tile lifetime, SRAM arena, argument
+// checks, the trace check) millions of times per run: they are forced inline into the schedule,
+// and their rare paths (an error's message, a trace event) stay out of line.
+#if defined(__GNUC__) || defined(__clang__)
+#define FLASHLAB_HOT_INLINE [[gnu::always_inline]] inline
+#else
+#define FLASHLAB_HOT_INLINE inline
+#endif
+
 namespace flashlab {
 
 using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -102,14 +111,14 @@ class SramArena {
   std::int64_t peak_bytes() const { return peak_bytes_; }
   // Inline fast paths (shape-only sweeps call these millions of times); the rare paths (an
   // overflow's message, a trace event) stay out of line.
-  inline void acquire(const Tile& tile);
-  inline void release(const Tile& tile);
-  inline void relocate(const Tile* from, const Tile* to);  // a live tile was moved
+  FLASHLAB_HOT_INLINE void acquire(const Tile& tile);
+  FLASHLAB_HOT_INLINE void release(const Tile& tile);
+  FLASHLAB_HOT_INLINE void relocate(const Tile* from, const Tile* to);  // a live tile was moved
   TraceSink* sink = nullptr;
 
  private:
-  [[noreturn]] void overflow(const Tile& tile) const;
-  void record_free(const Tile& tile) const;
+  [[noreturn, gnu::cold, gnu::noinline]] void overflow(const Tile& tile) const;
+  [[gnu::noinline]] void record_free(const Tile& tile) const;
   std::int64_t capacity_bytes_;
   std::int64_t in_use_bytes_ = 0;
   std::int64_t peak_bytes_ = 0;
@@ -122,13 +131,13 @@ class SramArena {
 class Tile {
  public:
   Tile() = default;
-  Tile(SramArena* arena, TensorId id, DType dtype, Range rows, Range cols)
+  FLASHLAB_HOT_INLINE Tile(SramArena* arena, TensorId id, DType dtype, Range rows, Range cols)
       : arena_(arena), id_(id), dtype_(dtype), rows_(rows), cols_(cols),
         bytes_(static_cast<std::int64_t>(rows.size) * cols.size * element_bytes(dtype)) {
     arena_->acquire(*this);
   }
-  Tile(Tile&& other) noexcept { *this = std::move(other); }
-  Tile& operator=(Tile&& other) noexcept {
+  FLASHLAB_HOT_INLINE Tile(Tile&& other) noexcept { *this = std::move(other); }
+  FLASHLAB_HOT_INLINE Tile& operator=(Tile&& other) noexcept {
     if (this != &other) {
       free();
       arena_ = std::exchange(other.arena_, nullptr);
@@ -140,7 +149,10 @@ class Tile {
   }
   Tile(const Tile&) = delete;
   Tile& operator=(const Tile&) = delete;
-  ~Tile() { free(); }
+  FLASHLAB_HOT_INLINE ~Tile() {
+    free();
+    if (values.data() != nullptr) values.~RowMajorMatrix();
+  }
 
   TensorId id() const { return id_; }
   DType dtype() const { return dtype_; }
@@ -152,10 +164,14 @@ class Tile {
   std::int64_t bytes() const { return bytes_; }
   std::string describe() const;  // "S[rows 0..64, cols 128..192] 64x64 fp32 = 16384 B"
 
-  RowMajorMatrix values;  // empty in shape-only runs
+  // Empty in shape-only runs. In a union so that ~Tile destroys it only when it holds values:
+  // an empty matrix owns nothing, and shape-only runs skip Eigen's free(nullptr) per tile.
+  union {
+    RowMajorMatrix values{};
+  };
 
  private:
-  void free() {
+  FLASHLAB_HOT_INLINE void free() {
     if (arena_) arena_->release(*this), arena_ = nullptr;
   }
   SramArena* arena_ = nullptr;
@@ -180,7 +196,13 @@ inline TraceEvent tile_event(EventKind kind, const Tile& tile, std::int64_t sram
   return event;
 }
 
-inline void SramArena::acquire(const Tile& tile) {
+// GCC 12 sees the arena keep the address of a local tile once acquire is inlined into a
+// schedule (-Wdangling-pointer); the tile's destructor unlinks it before the address dies.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"
+#endif
+FLASHLAB_HOT_INLINE void SramArena::acquire(const Tile& tile) {
   const std::int64_t bytes = tile.bytes();
   if (capacity_bytes_ > 0 && in_use_bytes_ + bytes > capacity_bytes_) overflow(tile);
   in_use_bytes_ += bytes;
@@ -190,15 +212,18 @@ inline void SramArena::acquire(const Tile& tile) {
   (last_live_ ? last_live_->next_live_ : first_live_) = &tile;
   last_live_ = &tile;
 }
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic pop
+#endif
 
-inline void SramArena::release(const Tile& tile) {
+FLASHLAB_HOT_INLINE void SramArena::release(const Tile& tile) {
   in_use_bytes_ -= tile.bytes();
   (tile.previous_live_ ? tile.previous_live_->next_live_ : first_live_) = tile.next_live_;
   (tile.next_live_ ? tile.next_live_->previous_live_ : last_live_) = tile.previous_live_;
   if (sink) record_free(tile);
 }
 
-inline void SramArena::relocate(const Tile* from, const Tile* to) {
+FLASHLAB_HOT_INLINE void SramArena::relocate(const Tile* from, const Tile* to) {
   to->previous_live_ = from->previous_live_;
   to->next_live_ = from->next_live_;
   (to->previous_live_ ? to->previous_live_->next_live_ : first_live_) = to;
@@ -238,7 +263,7 @@ class TileMemory {
 
   // --- Movement between HBM and SRAM --------------------------------------------------------
 
-  Tile load(const HbmMatrix& source, Range rows, Range cols) {
+  FLASHLAB_HOT_INLINE Tile load(const HbmMatrix& source, Range rows, Range cols) {
     check_window(source, rows, cols, "load");
     Tile tile(&arena_, source.id, source.dtype, rows, cols);
     count_hbm(source, tile.elements(), /*write=*/false);
@@ -250,10 +275,10 @@ class TileMemory {
     emit(EventKind::load, tile);
     return tile;
   }
-  Tile load(const HbmMatrix& source, Range rows) { return load(source, rows, {0, source.cols}); }
+  FLASHLAB_HOT_INLINE Tile load(const HbmMatrix& source, Range rows) { return load(source, rows, {0, source.cols}); }
 
   // Writes a tile to rows x cols of an HBM tensor, rounding to the tensor's dtype.
-  void store(const HbmMatrix& destination, Range rows, Range cols, const Tile& tile) {
+  FLASHLAB_HOT_INLINE void store(const HbmMatrix& destination, Range rows, Range cols, const Tile& tile) {
     check_window(destination, rows, cols, "store");
     require_shape(tile, rows.size, cols.size, "store");
     count_hbm(destination, tile.elements(), /*write=*/true);
@@ -264,23 +289,23 @@ class TileMemory {
     }
     emit_store(destination, rows, cols);
   }
-  void store(const HbmMatrix& destination, Range rows, const Tile& tile) {
+  FLASHLAB_HOT_INLINE void store(const HbmMatrix& destination, Range rows, const Tile& tile) {
     store(destination, rows, {0, destination.cols}, tile);
   }
 
   // --- Tiles made on chip -------------------------------------------------------------------
 
-  Tile filled(TensorId id, Range rows, Range cols, float value) {
+  FLASHLAB_HOT_INLINE Tile filled(TensorId id, Range rows, Range cols, float value) {
     Tile tile(&arena_, id, tile_dtype(id), rows, cols);
     if constexpr (kWithData) tile.values.setConstant(rows.size, cols.size, value);
     emit_compute(tile, "fill");
     return tile;
   }
-  Tile zeros(TensorId id, Range rows, Range cols) { return filled(id, rows, cols, 0.0f); }
+  FLASHLAB_HOT_INLINE Tile zeros(TensorId id, Range rows, Range cols) { return filled(id, rows, cols, 0.0f); }
   // A statistics vector (one value per row), e.g. m = -inf, l = 0 (FA1 Algorithm 1, line 2).
-  Tile vector(TensorId id, Range rows, float value) { return filled(id, rows, {0, 1}, value); }
+  FLASHLAB_HOT_INLINE Tile vector(TensorId id, Range rows, float value) { return filled(id, rows, {0, 1}, value); }
 
-  Tile copy(TensorId id, const Tile& source) {
+  FLASHLAB_HOT_INLINE Tile copy(TensorId id, const Tile& source) {
     Tile tile(&arena_, id, tile_dtype(id), source.rows(), source.cols());
     counters_.other_flops += tile.elements();
     if constexpr (kWithData) tile.values = source.values;
@@ -292,7 +317,7 @@ class TileMemory {
 
   // result = alpha * op(a) * op(b). The result's position: rows from op(a)'s rows, cols from
   // op(b)'s cols, so S = Q_i K_j^T sits at (rows of Q_i, rows of K_j).
-  Tile matmul(TensorId result, const Tile& a, Transpose ta, const Tile& b, Transpose tb, float alpha = 1.0f) {
+  FLASHLAB_HOT_INLINE Tile matmul(TensorId result, const Tile& a, Transpose ta, const Tile& b, Transpose tb, float alpha = 1.0f) {
     const Range rows = ta == Transpose::yes ? a.cols() : a.rows();
     const Range cols = tb == Transpose::yes ? b.rows() : b.cols();
     Tile c(&arena_, result, tile_dtype(result), rows, cols);
@@ -300,21 +325,19 @@ class TileMemory {
     multiply_add(c, a, ta, b, tb, alpha);
     return c;
   }
-  Tile matmul_nt(TensorId result, const Tile& a, const Tile& b, float alpha = 1.0f) {
+  FLASHLAB_HOT_INLINE Tile matmul_nt(TensorId result, const Tile& a, const Tile& b, float alpha = 1.0f) {
     return matmul(result, a, Transpose::no, b, Transpose::yes, alpha);
   }
-  Tile matmul_nn(TensorId result, const Tile& a, const Tile& b, float alpha = 1.0f) {
+  FLASHLAB_HOT_INLINE Tile matmul_nn(TensorId result, const Tile& a, const Tile& b, float alpha = 1.0f) {
     return matmul(result, a, Transpose::no, b, Transpose::no, alpha);
   }
   // c += alpha * op(a) * op(b)
-  void multiply_add(Tile& c, const Tile& a, Transpose ta, const Tile& b, Transpose tb, float alpha = 1.0f) {
+  FLASHLAB_HOT_INLINE void multiply_add(Tile& c, const Tile& a, Transpose ta, const Tile& b, Transpose tb, float alpha = 1.0f) {
     const int m = ta == Transpose::yes ? a.col_count() : a.row_count();
     const int k = ta == Transpose::yes ? a.row_count() : a.col_count();
     const int kb = tb == Transpose::yes ? b.col_count() : b.row_count();
     const int n = tb == Transpose::yes ? b.row_count() : b.col_count();
-    if (k != kb || c.row_count() != m || c.col_count() != n) {
-      throw std::logic_error("matmul shapes differ: " + a.describe() + " x " + b.describe() + " into " + c.describe());
-    }
+    if (k != kb || c.row_count() != m || c.col_count() != n) matmul_shape_error(c, a, b);
     counters_.matmul_flops += 2LL * m * n * k;
     if constexpr (kWithData) {
       if (ta == Transpose::no && tb == Transpose::no) c.values.noalias() += alpha * (a.values * b.values);
@@ -328,7 +351,7 @@ class TileMemory {
   // --- Score modification and masking ---------------------------------------------------------
 
   // In place on a scaled score tile: softcap, ALiBi, then -inf where the mask hides the key.
-  void apply_score_mods(Tile& s, const HeadProblem& head) {
+  FLASHLAB_HOT_INLINE void apply_score_mods(Tile& s, const HeadProblem& head) {
     counters_.other_flops += s.elements() * score_mod_flops(head);
     if (head.softcap > 0) counters_.exponentials += s.elements();
     if constexpr (kWithData) {
@@ -345,7 +368,7 @@ class TileMemory {
 
   // Backward: dS (w.r.t. modified scores) times d(modified)/d(scaled score); s holds the scaled
   // scores before modification.
-  void chain_score_mods(Tile& ds, const Tile& s_scaled, const HeadProblem& head) {
+  FLASHLAB_HOT_INLINE void chain_score_mods(Tile& ds, const Tile& s_scaled, const HeadProblem& head) {
     require_same_shape(ds, s_scaled, "chain_score_mods");
     if (head.softcap <= 0) return;
     counters_.exponentials += ds.elements();
@@ -358,7 +381,7 @@ class TileMemory {
   }
 
   // In place: dropped elements become 0, kept ones are scaled by 1 / (1 - p) (FA1 Algorithm 2).
-  void apply_dropout(Tile& p, const HeadProblem& head) {
+  FLASHLAB_HOT_INLINE void apply_dropout(Tile& p, const HeadProblem& head) {
     if (head.dropout.probability <= 0) return;
     counters_.other_flops += p.elements();
     if constexpr (kWithData) {
@@ -372,14 +395,14 @@ class TileMemory {
 
   // --- Row statistics and the softmax --------------------------------------------------------
 
-  Tile row_max(TensorId id, const Tile& s) {
+  FLASHLAB_HOT_INLINE Tile row_max(TensorId id, const Tile& s) {
     Tile m(&arena_, id, tile_dtype(id), s.rows(), {0, 1});
     counters_.other_flops += s.elements();
     if constexpr (kWithData) m.values = s.values.rowwise().maxCoeff();
     emit_compute(m, "row_max");
     return m;
   }
-  Tile row_sum(TensorId id, const Tile& p) {
+  FLASHLAB_HOT_INLINE Tile row_sum(TensorId id, const Tile& p) {
     Tile l(&arena_, id, tile_dtype(id), p.rows(), {0, 1});
     counters_.other_flops += p.elements();
     if constexpr (kWithData) l.values = p.values.rowwise().sum();
@@ -387,7 +410,7 @@ class TileMemory {
     return l;
   }
   // rowsum(a * b), e.g. D = rowsum(dO * O) (FA2 Algorithm 2, line 4).
-  Tile row_dot(TensorId id, const Tile& a, const Tile& b) {
+  FLASHLAB_HOT_INLINE Tile row_dot(TensorId id, const Tile& a, const Tile& b) {
     require_same_shape(a, b, "row_dot");
     Tile d(&arena_, id, tile_dtype(id), a.rows(), {0, 1});
     counters_.other_flops += 2 * a.elements();
@@ -396,7 +419,7 @@ class TileMemory {
     return d;
   }
   // a = max(a, b), element-wise.
-  void maximum(Tile& a, const Tile& b) {
+  FLASHLAB_HOT_INLINE void maximum(Tile& a, const Tile& b) {
     require_same_shape(a, b, "maximum");
     counters_.other_flops += a.elements();
     if constexpr (kWithData) a.values = a.values.cwiseMax(b.values);
@@ -404,7 +427,7 @@ class TileMemory {
   }
   // exp(s - m) with m broadcast along each row; a row whose max is -inf (fully masked so far)
   // gives zeros, never NaN.
-  Tile exp_minus_row(TensorId id, const Tile& s, const Tile& m) {
+  FLASHLAB_HOT_INLINE Tile exp_minus_row(TensorId id, const Tile& s, const Tile& m) {
     require_rows(s, m, "exp_minus_row");
     Tile p(&arena_, id, tile_dtype(id), s.rows(), s.cols());
     counters_.exponentials += s.elements();
@@ -427,7 +450,7 @@ class TileMemory {
   }
   // exp(a - b) element-wise for statistics vectors: the rescale factor exp(m_old - m_new).
   // Equal arguments give 1, so -inf - (-inf) is 1, not NaN.
-  Tile exp_difference(TensorId id, const Tile& a, const Tile& b) {
+  FLASHLAB_HOT_INLINE Tile exp_difference(TensorId id, const Tile& a, const Tile& b) {
     require_same_shape(a, b, "exp_difference");
     Tile e(&arena_, id, tile_dtype(id), a.rows(), a.cols());
     counters_.exponentials += a.elements();
@@ -439,14 +462,14 @@ class TileMemory {
     return e;
   }
   // x = diag(factor) x
-  void scale_rows(Tile& x, const Tile& factor) {
+  FLASHLAB_HOT_INLINE void scale_rows(Tile& x, const Tile& factor) {
     require_rows(x, factor, "scale_rows");
     counters_.other_flops += x.elements();
     if constexpr (kWithData) x.values = factor.values.col(0).asDiagonal() * x.values;
     emit_compute(x, "scale_rows");
   }
   // x = diag(1 / denominator) x; a zero denominator (a fully masked row) gives a zero row.
-  void divide_rows(Tile& x, const Tile& denominator) {
+  FLASHLAB_HOT_INLINE void divide_rows(Tile& x, const Tile& denominator) {
     require_rows(x, denominator, "divide_rows");
     counters_.other_flops += x.elements();
     if constexpr (kWithData) {
@@ -458,14 +481,14 @@ class TileMemory {
     emit_compute(x, "divide_rows");
   }
   // y += alpha * x
-  void add(Tile& y, const Tile& x, float alpha = 1.0f) {
+  FLASHLAB_HOT_INLINE void add(Tile& y, const Tile& x, float alpha = 1.0f) {
     require_same_shape(y, x, "add");
     counters_.other_flops += y.elements();
     if constexpr (kWithData) y.values += alpha * x.values;
     emit_compute(y, "add");
   }
   // m + log(l): the log-sum-exp of each row; a row with l = 0 gives -inf.
-  Tile log_sum_exp(TensorId id, const Tile& m, const Tile& l) {
+  FLASHLAB_HOT_INLINE Tile log_sum_exp(TensorId id, const Tile& m, const Tile& l) {
     require_same_shape(m, l, "log_sum_exp");
     Tile lse(&arena_, id, tile_dtype(id), m.rows(), m.cols());
     counters_.exponentials += m.elements();
@@ -477,7 +500,7 @@ class TileMemory {
     return lse;
   }
   // dS = P * (dP - D), D broadcast along rows (FA2 Algorithm 2, line 13).
-  Tile softmax_backward(TensorId id, const Tile& p, const Tile& dp, const Tile& d) {
+  FLASHLAB_HOT_INLINE Tile softmax_backward(TensorId id, const Tile& p, const Tile& dp, const Tile& d) {
     require_same_shape(p, dp, "softmax_backward");
     require_rows(p, d, "softmax_backward");
     Tile ds(&arena_, id, tile_dtype(id), p.rows(), p.cols());
@@ -490,18 +513,24 @@ class TileMemory {
   // --- Trace annotations (no cost, no effect on data) ----------------------------------------
 
   // The schedule is at this line of its paper's algorithm (shown by the visualizer).
-  void mark_line(int line) {
-    if (!arena_.sink) return;
+  FLASHLAB_HOT_INLINE void mark_line(int line) {
+    if (arena_.sink) record_line(line);
+  }
+  // The online-softmax state of a query block after an update: running max, running sum and
+  // the rescale factor exp(m_old - m_new) applied to the old state.
+  FLASHLAB_HOT_INLINE void note_softmax_state(const Tile& m, const Tile& l, const Tile& rescale) {
+    if (arena_.sink) record_softmax_state(m, l, rescale);
+  }
+
+ private:
+  [[gnu::noinline]] void record_line(int line) {
     TraceEvent event;
     event.kind = EventKind::line;
     event.line = line;
     event.sram_bytes = arena_.in_use_bytes();
     arena_.sink->record(event);
   }
-  // The online-softmax state of a query block after an update: running max, running sum and
-  // the rescale factor exp(m_old - m_new) applied to the old state.
-  void note_softmax_state(const Tile& m, const Tile& l, const Tile& rescale) {
-    if (!arena_.sink) return;
+  [[gnu::noinline]] void record_softmax_state(const Tile& m, const Tile& l, const Tile& rescale) {
     TraceEvent event;
     event.kind = EventKind::softmax_update;
     event.tensor = TensorId::m;
@@ -516,11 +545,10 @@ class TileMemory {
     arena_.sink->record(event);
   }
 
- private:
   static int score_mod_flops(const HeadProblem& head) {
     return 1 + (head.softcap > 0 ? 2 : 0) + (head.alibi_slope != 0 ? 2 : 0);
   }
-  void count_hbm(const HbmMatrix& tensor, std::int64_t elements, bool write) {
+  FLASHLAB_HOT_INLINE void count_hbm(const HbmMatrix& tensor, std::int64_t elements, bool write) {
     TensorTraffic& traffic = counters_.tensor[static_cast<int>(tensor.id)];
     const std::int64_t bytes = elements * element_bytes(tensor.dtype);
     if (write) {
@@ -529,30 +557,41 @@ class TileMemory {
       traffic.hbm_read_elements += elements, traffic.hbm_read_bytes += bytes, ++counters_.loads;
     }
   }
-  static void check_window(const HbmMatrix& tensor, Range rows, Range cols, const char* what) {
+  FLASHLAB_HOT_INLINE static void check_window(const HbmMatrix& tensor, Range rows, Range cols, const char* what) {
     if (rows.begin < 0 || cols.begin < 0 || rows.size < 1 || cols.size < 1 || rows.end() > tensor.rows ||
         cols.end() > tensor.cols) {
-      throw std::logic_error(std::string(what) + " of " + to_string(tensor.id) + " rows [" + std::to_string(rows.begin) +
-                             ", " + std::to_string(rows.end()) + ") cols [" + std::to_string(cols.begin) + ", " +
-                             std::to_string(cols.end()) + ") outside its " + std::to_string(tensor.rows) + " x " +
-                             std::to_string(tensor.cols));
+      window_error(tensor, rows, cols, what);
     }
   }
-  static void require_shape(const Tile& t, int rows, int cols, const char* what) {
-    if (t.row_count() != rows || t.col_count() != cols) {
-      throw std::logic_error(std::string(what) + ": " + t.describe() + " is not " + std::to_string(rows) + " x " + std::to_string(cols));
-    }
+  [[noreturn, gnu::cold, gnu::noinline]] static void window_error(const HbmMatrix& tensor, Range rows, Range cols,
+                                                                 const char* what) {
+    throw std::logic_error(std::string(what) + " of " + to_string(tensor.id) + " rows [" + std::to_string(rows.begin) +
+                           ", " + std::to_string(rows.end()) + ") cols [" + std::to_string(cols.begin) + ", " +
+                           std::to_string(cols.end()) + ") outside its " + std::to_string(tensor.rows) + " x " +
+                           std::to_string(tensor.cols));
   }
-  static void require_same_shape(const Tile& a, const Tile& b, const char* what) {
+  FLASHLAB_HOT_INLINE static void require_shape(const Tile& t, int rows, int cols, const char* what) {
+    if (t.row_count() != rows || t.col_count() != cols) shape_error(t, rows, cols, what);
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] static void shape_error(const Tile& t, int rows, int cols, const char* what) {
+    throw std::logic_error(std::string(what) + ": " + t.describe() + " is not " + std::to_string(rows) + " x " + std::to_string(cols));
+  }
+  FLASHLAB_HOT_INLINE static void require_same_shape(const Tile& a, const Tile& b, const char* what) {
     require_shape(b, a.row_count(), a.col_count(), what);
   }
-  static void require_rows(const Tile& a, const Tile& b, const char* what) {
-    if (a.row_count() != b.row_count()) {
-      throw std::logic_error(std::string(what) + ": rows of " + a.describe() + " and " + b.describe() + " differ");
-    }
+  FLASHLAB_HOT_INLINE static void require_rows(const Tile& a, const Tile& b, const char* what) {
+    if (a.row_count() != b.row_count()) rows_error(a, b, what);
   }
-  void emit(EventKind kind, const Tile& tile, const char* op = "") {
-    if (!arena_.sink) return;
+  [[noreturn, gnu::cold, gnu::noinline]] static void rows_error(const Tile& a, const Tile& b, const char* what) {
+    throw std::logic_error(std::string(what) + ": rows of " + a.describe() + " and " + b.describe() + " differ");
+  }
+  [[noreturn, gnu::cold, gnu::noinline]] static void matmul_shape_error(const Tile& c, const Tile& a, const Tile& b) {
+    throw std::logic_error("matmul shapes differ: " + a.describe() + " x " + b.describe() + " into " + c.describe());
+  }
+  FLASHLAB_HOT_INLINE void emit(EventKind kind, const Tile& tile, const char* op = "") {
+    if (arena_.sink) record(kind, tile, op);
+  }
+  [[gnu::noinline]] void record(EventKind kind, const Tile& tile, const char* op) {
     TraceEvent event = tile_event(kind, tile, arena_.in_use_bytes());
     event.op = op;
     if constexpr (kWithData) {
@@ -561,9 +600,11 @@ class TileMemory {
     }
     arena_.sink->record(event);
   }
-  void emit_compute(const Tile& tile, const char* op) { emit(EventKind::compute, tile, op); }
-  void emit_store(const HbmMatrix& destination, Range rows, Range cols) {
-    if (!arena_.sink) return;
+  FLASHLAB_HOT_INLINE void emit_compute(const Tile& tile, const char* op) { emit(EventKind::compute, tile, op); }
+  FLASHLAB_HOT_INLINE void emit_store(const HbmMatrix& destination, Range rows, Range cols) {
+    if (arena_.sink) record_store(destination, rows, cols);
+  }
+  [[gnu::noinline]] void record_store(const HbmMatrix& destination, Range rows, Range cols) {
     TraceEvent event;
     event.kind = EventKind::store;
     event.tensor = destination.id;
