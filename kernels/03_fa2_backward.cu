@@ -7,20 +7,22 @@
 //   2. main: one thread block per (key block j, KV head, batch). K_j and V_j stay in shared memory
 //      (line 6); dK_j and dV_j accumulate in registers (line 7) over every query block i of every
 //      query head of the KV head's group (GQA/MQA sum over the group here, in registers). Per query
-//      block (lines 8-20): S = Q_i K_j^T is recomputed, P = exp2(S * scale * log2(e) - LSE *
-//      log2(e)), dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P o (dP - D_i), dK_j += dS^T Q_i and
-//      dQ_i += dS K_j, the latter added to an fp32 accumulator in HBM with atomics. Blocks that the
-//      causal or window mask hides entirely are skipped (never loaded), only blocks that straddle
-//      the mask boundary or the sequence ends are masked element by element.
+//      block (lines 8-20): S = Q_i K_j^T is recomputed and P = exp2(S * scale * log2(e) - LSE *
+//      log2(e)) written to shared memory; dP = dO_i V_j^T and dS = P o (dP - D_i) likewise; then
+//      dV_j += P^T dO_i, dQ_i += dS K_j (added to an fp32 accumulator in HBM with atomics, issued
+//      before the last GEMM so they drain under it) and dK_j += dS^T Q_i. Blocks that the causal or
+//      window mask hides entirely are skipped (never loaded); only blocks that straddle the mask
+//      boundary or the sequence ends are masked element by element.
 //   3. convert: dQ = scale * accumulator, rounded to the dtype (line 21's dQ written out).
 //
 // Each of the five GEMMs has its own warp grid (see BackwardTiling), with 32-row warp tiles so
 // every fragment loaded from shared memory feeds several mma instructions; P and dS pass through
-// shared memory between the grids. (An earlier layout gave each warp 16 keys and kept P^T and dS^T
-// in registers as A operands; it read Q and dO twice per warp and ran about 5% slower at d = 128.)
+// shared memory between the grids. Every shared-memory address of the loop is a per-lane base
+// plus a compile-time offset, and S and dP are computed one after the other, so the loop stays
+// within the register file (the dK/dV accumulators take half of it) without spilling.
 //
 // Tiles: 128 keys x 64 queries (d = 32, 96, 128), 128 x 128 (d = 64), 64 x 64 (d = 192, 256),
-// 8 warps, one thread block per SM (the dK/dV accumulators take 64 to 128 registers per thread).
+// 8 warps, one thread block per SM.
 //
 // Deterministic mode: the key blocks that touch query block i add their dQ contributions in
 // increasing key-block order, serialised by a per-(batch, head, query block) counter in HBM (a
@@ -37,6 +39,7 @@
 #include <string>
 
 #include "kernels/attention_api.hpp"
+#include "kernels/kernel_common.cuh"
 
 namespace flashlab::kernels {
 
@@ -70,20 +73,18 @@ struct BackwardParams {
   int batch, heads_q, heads_kv, group;
   int seqlen_q, seqlen_k;  // the longest sequence for varlen problems
   int head_dim;
-  int total_rows_q;  // rows of the workspace arrays: batch * seqlen_q, or the packed total
+  int padded_head_dim;  // the kernel's head dim: the row length of the dQ accumulator
+  int total_rows_q;     // rows of the workspace arrays: batch * seqlen_q, or the packed total
   float scale;
   float scale_log2;  // scale * log2(e)
-  bool causal_or_right;  // keys right of diagonal + window_right are hidden
-  int window_right;      // effective right bound (0 for causal)
-  bool has_left;
-  int window_left;
-  bool bottom_right;
+  int bottom_right;  // causal / window alignment: 1 bottom-right, 0 top-left
+  int window_left, window_right;  // -1: unbounded; causal already folded into window_right
   bool deterministic;
   int query_blocks;  // ceil(seqlen_q / kBlockM): stride of the deterministic counters
   // Workspace.
   float* lse_log2;    // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
   float* delta;       // [heads_q][total_rows_q]: D = rowsum(dO * O)
-  float* dq_accum;    // [heads_q][total_rows_q][head_dim]
+  float* dq_accum;    // [heads_q][total_rows_q][padded_head_dim]
   int* dq_counters;   // [batch][heads_q][query_blocks] (deterministic mode)
 };
 
@@ -116,26 +117,11 @@ struct SequenceView {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Element conversions.
-template <typename T> __device__ __forceinline__ float to_float(T x);
-template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ std::uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ std::uint32_t pack2<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<std::uint32_t*>(&h);
-}
-template <> __device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<std::uint32_t*>(&h);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Kernel 1: preprocess (Algorithm 2 line 4). One group of 8 lanes per (row, head); each lane reads
 // 16-byte chunks of dO and O.
 template <typename Element>
 __global__ void __launch_bounds__(256) backward_preprocess_kernel(BackwardParams p) {
+  using device::to_float;
   constexpr int kLanesPerRow = 8;
   const int group_index = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerRow;
   const int lane = threadIdx.x % kLanesPerRow;
@@ -157,8 +143,8 @@ __global__ void __launch_bounds__(256) backward_preprocess_kernel(BackwardParams
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum += to_float(oe[e]) * to_float(de[e]);
     }
-    float* accum = p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.head_dim;
-    for (int col = lane * 4; col < p.head_dim; col += kLanesPerRow * 4) {
+    float* accum = p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.padded_head_dim;
+    for (int col = lane * 4; col < p.padded_head_dim; col += kLanesPerRow * 4) {
       *reinterpret_cast<float4*>(accum + col) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
@@ -187,71 +173,21 @@ __global__ void __launch_bounds__(256) backward_convert_dq_kernel(BackwardParams
   const std::int64_t row_head = quad / quads_per_row;
   const int head = static_cast<int>(row_head % p.heads_q);
   const int row = static_cast<int>(row_head / p.heads_q);
-  const float4 value =
-      *reinterpret_cast<const float4*>(p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.head_dim + col);
+  const float4 value = *reinterpret_cast<const float4*>(
+      p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.padded_head_dim + col);
   std::int64_t batch = 0, position = row;
   if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
   auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch + position * p.dq_row + head * p.dq_head + col;
   uint2 packed;
-  packed.x = pack2<Element>(value.x * p.scale, value.y * p.scale);
-  packed.y = pack2<Element>(value.z * p.scale, value.w * p.scale);
+  packed.x = device::pack2<Element>(value.x * p.scale, value.y * p.scale);
+  packed.y = device::pack2<Element>(value.z * p.scale, value.w * p.scale);
   *reinterpret_cast<uint2*>(dq) = packed;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core and copy primitives (sm_80+).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-__device__ __forceinline__ std::uint32_t smem_address(const void* pointer) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-// 16 bytes global -> shared, zero-filled when !valid (then nothing is read).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem)));
-}
-
-// D = A B + D for one m16n8k16 tile, fp32 accumulators.
-template <typename Element>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                                         std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                                  std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void add_to_dq(float* address, float4 value) {
-#if __CUDA_ARCH__ >= 900
+// 16 bytes added to the fp32 dQ accumulator: one vector atomic on sm_90, four scalar ones before.
+[[maybe_unused]] __device__ __forceinline__ void add_to_dq(float* address, float4 value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   atomicAdd(reinterpret_cast<float4*>(address), value);
 #else
   atomicAdd(address, value.x);
@@ -260,7 +196,6 @@ __device__ __forceinline__ void add_to_dq(float* address, float4 value) {
   atomicAdd(address + 3, value.w);
 #endif
 }
-#endif  // __CUDA_ARCH__ >= 800
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: the main loop. kHeadDim is head_dim rounded up to a multiple of 32 (the extra columns
@@ -268,9 +203,9 @@ __device__ __forceinline__ void add_to_dq(float* address, float4 value) {
 // kBlockM query rows per inner iteration (Q_i, dO_i), 8 warps. Each GEMM has its own warp grid
 // (warps along rows x warps along columns), chosen so that each warp's tile reuses every
 // fragment it loads from shared memory several times:
-//   S = Q_i K_j^T and dP = dO_i V_j^T (kBlockM x kBlockN): 2 x 4 warps of 32 x 32;
-//   dV_j += P^T dO_i and dK_j += dS^T Q_i (kBlockN x kHeadDim): 4 x 2 warps of 32 x kHeadDim/2,
-//     the accumulators stay in registers for the whole loop;
+//   S = Q_i K_j^T and dP = dO_i V_j^T (kBlockM x kBlockN): kBlockM/32 x ... warps of 32 x kSCols;
+//   dV_j += P^T dO_i and dK_j += dS^T Q_i (kBlockN x kHeadDim): kBlockN/32 x ... warps of 32 x
+//     kKvCols, the accumulators stay in registers for the whole loop;
 //   dQ_i += dS K_j (kBlockM x kHeadDim): 2 x 4 warps of 32 x kHeadDim/4 (4 x 2 of 16 x kHeadDim/2
 //     when kHeadDim/4 is not a multiple of 16).
 // P and dS go through shared memory (rounded to the dtype, as the tensor cores read them).
@@ -297,30 +232,31 @@ struct BackwardTiling {
   static_assert(kSWarpsM * kSWarpsN == kWarps && kSCols % 16 == 0, "S warp grid");
   static_assert(kKvWarpsN * kKvWarpsD == kWarps && kKvCols % 16 == 0, "dK/dV warp grid");
   static_assert(kQWarpsM * kQWarpsD == kWarps && kQCols % 16 == 0, "dQ warp grid");
-  // Shared memory, in elements of the dtype then floats.
-  static constexpr int kKvElements = kBlockN * kStride;  // each of K and V
-  static constexpr int kQElements = kBlockM * kStride;   // each of Q and dO, per stage
-  static constexpr int kPElements = kBlockM * kPStride;  // each of P and dS
-  static constexpr std::size_t kSmemBytes =
-      (2 * kKvElements + 4 * kQElements + 2 * kPElements) * 2 + 4 * kBlockM * sizeof(float);
+  static_assert(kBlockM * (kHeadDim / 8) % kThreads == 0, "Q/dO chunks divide among the threads");
+  // Shared memory, in bytes: K, V, then two stages each of Q and dO, P, dS, then two stages of the
+  // LSE and D rows (floats).
+  static constexpr int kKvBytes = kBlockN * kStride * 2;  // each of K and V
+  static constexpr int kQBytes = kBlockM * kStride * 2;   // each of Q and dO, per stage
+  static constexpr int kPBytes = kBlockM * kPStride * 2;  // each of P and dS
+  static constexpr int kKOffset = 0, kVOffset = kKvBytes, kQOffset = 2 * kKvBytes;
+  static constexpr int kdOOffset = kQOffset + 2 * kQBytes, kPOffset = kdOOffset + 2 * kQBytes;
+  static constexpr int kdSOffset = kPOffset + kPBytes, kRowsOffset = kdSOffset + kPBytes;
+  static constexpr std::size_t kSmemBytes = kRowsOffset + 4 * kBlockM * sizeof(float);
 };
 
 template <typename Element, typename Tiling>
-__global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(BackwardParams p) {
+__global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(const BackwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr int kHeadDim = Tiling::kHeadDim, kBlockN = Tiling::kBlockN, kBlockM = Tiling::kBlockM;
-  constexpr int kStride = Tiling::kStride, kPStride = Tiling::kPStride, kThreads = Tiling::kThreads;
+  using namespace device;
+  using T = Tiling;
+  constexpr int kHeadDim = T::kHeadDim, kBlockN = T::kBlockN, kBlockM = T::kBlockM, kThreads = T::kThreads;
+  constexpr int kRowBytes = T::kStride * 2, kPRowBytes = T::kPStride * 2;  // bytes per shared row
   constexpr int kChunksPerRow = kHeadDim / 8;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Element* sK = reinterpret_cast<Element*>(smem_raw);
-  Element* sV = sK + Tiling::kKvElements;
-  Element* sQ = sV + Tiling::kKvElements;      // [2][kBlockM][kStride]
-  Element* sdO = sQ + 2 * Tiling::kQElements;  // [2][kBlockM][kStride]
-  Element* sP = sdO + 2 * Tiling::kQElements;  // [kBlockM][kPStride]
-  Element* sdS = sP + Tiling::kPElements;      // [kBlockM][kPStride]
-  float* sLse = reinterpret_cast<float*>(sdS + Tiling::kPElements);  // [2][kBlockM]
-  float* sDelta = sLse + 2 * kBlockM;                                 // [2][kBlockM]
+  const std::uint32_t smem = shared_address(smem_raw);
+  float* s_lse = reinterpret_cast<float*>(smem_raw + T::kRowsOffset);  // [2][kBlockM]
+  float* s_delta = s_lse + 2 * kBlockM;                                // [2][kBlockM]
 
   const int key_block = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -330,17 +266,16 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
   const int key_begin = key_block * kBlockN;
   if (key_begin >= seq.seqlen_k) return;  // varlen: past this sequence's end
   const int key_end = min(key_begin + kBlockN, seq.seqlen_k);
-  const int offset = p.bottom_right ? seq.seqlen_k - seq.seqlen_q : 0;  // key aligned with query 0
+  const MaskRule mask{p.bottom_right ? seq.seqlen_k - seq.seqlen_q : 0, p.window_left, p.window_right, seq.seqlen_k};
 
   // The query rows that see at least one key of [key_begin, key_end): the mask's skipped blocks
   // are never visited (FA2: blocks outside the causal / window band are skipped, not masked).
   int query_first = 0, query_last = seq.seqlen_q;  // [first, last)
-  if (p.causal_or_right) query_first = max(query_first, key_begin - offset - p.window_right);
-  if (p.has_left) query_last = min(query_last, key_end - 1 - offset + p.window_left + 1);
+  if (mask.right >= 0) query_first = max(query_first, key_begin - mask.offset - mask.right);
+  if (mask.left >= 0) query_last = min(query_last, key_end - mask.offset + mask.left);
   const int block_first = query_first / kBlockM;
   const int block_last = query_last > query_first ? (query_last - 1) / kBlockM + 1 : block_first;  // exclusive
-  const int blocks_per_head = block_last - block_first;
-  const int iterations = blocks_per_head * p.group;
+  const int iterations = (block_last - block_first) * p.group;
 
   // ---- Load K_j and V_j (line 6).
   const Element* k_base = static_cast<const Element*>(p.k) + seq.batch_k * p.k_batch +
@@ -350,57 +285,73 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
   for (int chunk = tid; chunk < kBlockN * kChunksPerRow; chunk += kThreads) {
     const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
     const bool valid = key_begin + row < key_end && col < p.head_dim;
-    cp_async_16(sK + row * kStride + col, valid ? k_base + row * p.k_row + col : k_base, valid);
-    cp_async_16(sV + row * kStride + col, valid ? v_base + row * p.v_row + col : v_base, valid);
+    const std::uint32_t offset = (row * T::kStride + col) * 2;
+    cp_async_16(smem + T::kKOffset + offset, valid ? k_base + row * p.k_row + col : k_base, valid);
+    cp_async_16(smem + T::kVOffset + offset, valid ? v_base + row * p.v_row + col : v_base, valid);
   }
   cp_async_commit();
 
-  // Issue the loads of iteration `it` (query block and query head) into stage `stage`.
-  auto load_query_block = [&](int it, int stage) {
-    const int head_q = head_kv * p.group + it / blocks_per_head;
-    const int query_begin = (block_first + it % blocks_per_head) * kBlockM;
-    const Element* q_base = static_cast<const Element*>(p.q) + seq.batch_q * p.q_batch +
-                            (seq.position_q + query_begin) * p.q_row + static_cast<std::int64_t>(head_q) * p.q_head;
-    const Element* do_base = static_cast<const Element*>(p.d_o) + seq.batch_q * p.do_batch +
-                             (seq.position_q + query_begin) * p.do_row + static_cast<std::int64_t>(head_q) * p.do_head;
-    Element* q_stage = sQ + stage * Tiling::kQElements;
-    Element* do_stage = sdO + stage * Tiling::kQElements;
-    for (int chunk = tid; chunk < kBlockM * kChunksPerRow; chunk += kThreads) {
+  // Issue the loads of query block `query_block` of head `head_q` (Q_i, dO_i, LSE_i, D_i) into
+  // stage `stage`.
+  auto load_query_block = [&](int query_block, int head_q, int stage) {
+    const int query_begin = query_block * kBlockM;
+    const Element* q_src = static_cast<const Element*>(p.q) + seq.batch_q * p.q_batch +
+                           (seq.position_q + query_begin) * p.q_row + static_cast<std::int64_t>(head_q) * p.q_head;
+    const Element* do_src = static_cast<const Element*>(p.d_o) + seq.batch_q * p.do_batch +
+                            (seq.position_q + query_begin) * p.do_row + static_cast<std::int64_t>(head_q) * p.do_head;
+    const std::uint32_t stage_offset = stage * T::kQBytes;
+#pragma unroll
+    for (int i = 0; i < kBlockM * kChunksPerRow / kThreads; ++i) {
+      const int chunk = i * kThreads + tid;
       const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
       const bool valid = query_begin + row < seq.seqlen_q && col < p.head_dim;
-      cp_async_16(q_stage + row * kStride + col, valid ? q_base + row * p.q_row + col : q_base, valid);
-      cp_async_16(do_stage + row * kStride + col, valid ? do_base + row * p.do_row + col : do_base, valid);
+      const std::uint32_t offset = stage_offset + (row * T::kStride + col) * 2;
+      cp_async_16(smem + T::kQOffset + offset, valid ? q_src + row * p.q_row + col : q_src, valid);
+      cp_async_16(smem + T::kdOOffset + offset, valid ? do_src + row * p.do_row + col : do_src, valid);
     }
-    const std::int64_t ws = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin;
+    const std::int64_t rows = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin;
     for (int row = tid; row < kBlockM; row += kThreads) {
       const bool valid = query_begin + row < seq.seqlen_q;
       // Rows past the end read LSE 0 and D 0; they are masked on the boundary block.
-      cp_async_4(sLse + stage * kBlockM + row, valid ? p.lse_log2 + ws + row : p.lse_log2, valid);
-      cp_async_4(sDelta + stage * kBlockM + row, valid ? p.delta + ws + row : p.delta, valid);
+      const std::uint32_t offset = T::kRowsOffset + (stage * kBlockM + row) * 4;
+      cp_async_4(smem + offset, valid ? p.lse_log2 + rows + row : p.lse_log2, valid);
+      cp_async_4(smem + offset + 2 * kBlockM * 4, valid ? p.delta + rows + row : p.delta, valid);
     }
   };
 
-  // ldmatrix lane addressing (see the fragment layouts of mma.m16n8k16 in the PTX ISA):
+  // This warp's tiles in the three warp grids.
+  const int s_row0 = (warp % T::kSWarpsM) * T::kSRows;     // query rows of S, dP
+  const int s_col0 = (warp / T::kSWarpsM) * T::kSCols;     // key columns of S, dP
+  const int kv_row0 = (warp % T::kKvWarpsN) * T::kKvRows;  // key rows of dK, dV
+  const int kv_col0 = (warp / T::kKvWarpsN) * T::kKvCols;  // columns of dK, dV
+  const int q_row0 = (warp % T::kQWarpsM) * T::kQRows;     // query rows of dQ
+  const int q_col0 = (warp / T::kQWarpsM) * T::kQCols;     // columns of dQ
+
+  // This lane's ldmatrix row addresses at k-step 0 of stage 0 (the fragment layouts of
+  // mma.m16n8k16 are in kernel_common.cuh); every other address of the loop is one of these plus
+  // a compile-time offset (and the stage's).
   //  A from row-major [m][k]: m (lane % 16), k 8 * (lane / 16).
   //  A from [k][m] storage (transposed): k (lane % 8) + 8 * (lane / 16), m 8 * ((lane / 8) % 2).
-  //  B from [n][k] (non-transposed, two n tiles): n (lane % 8) + 8 * (lane / 16), k 8 * ((lane / 8) % 2).
-  //  B from [k][n] (transposed, two n tiles): k (lane % 16), n 8 * (lane / 16).
+  //  B from [n][k] (two n tiles): n (lane % 8) + 8 * (lane / 16), k 8 * ((lane / 8) % 2).
+  //  B from [k][n] storage (transposed, two n tiles): k (lane % 16), n 8 * (lane / 16).
   const int a_m = lane % 16, a_k = 8 * (lane / 16);
   const int at_k = lane % 8 + 8 * (lane / 16), at_m = 8 * ((lane / 8) % 2);
   const int bn_n = lane % 8 + 8 * (lane / 16), bn_k = 8 * ((lane / 8) % 2);
   const int bt_k = lane % 16, bt_n = 8 * (lane / 16);
+  const std::uint32_t s_a = smem + T::kQOffset + ((s_row0 + a_m) * T::kStride + a_k) * 2;   // Q; + dO - Q: dO
+  const std::uint32_t s_b = smem + T::kKOffset + ((s_col0 + bn_n) * T::kStride + bn_k) * 2;  // K; + V - K: V
+  const std::uint32_t kv_a = smem + T::kPOffset + (at_k * T::kPStride + kv_row0 + at_m) * 2;  // P^T; dS^T
+  const std::uint32_t kv_b = smem + T::kQOffset + (bt_k * T::kStride + kv_col0 + bt_n) * 2;   // Q; dO
+  const std::uint32_t q_a = smem + T::kdSOffset + ((q_row0 + a_m) * T::kPStride + a_k) * 2;  // dS
+  const std::uint32_t q_b = smem + T::kKOffset + (bt_k * T::kStride + q_col0 + bt_n) * 2;     // K
+  // This lane's first element of P (and dS) in the S-grid layout.
+  unsigned char* p_store = smem_raw + T::kPOffset + ((s_row0 + g) * T::kPStride + s_col0 + 2 * t) * 2;
+  // This lane's dQ accumulator element (row, 4 columns) after the pairing below.
+  const int dq_lane_row = q_row0 + g + ((t & 1) ? 8 : 0), dq_lane_col = q_col0 + 2 * (t & ~1);
 
-  // This warp's tiles in the three warp grids.
-  const int s_row0 = (warp % Tiling::kSWarpsM) * Tiling::kSRows;  // query rows of S, dP
-  const int s_col0 = (warp / Tiling::kSWarpsM) * Tiling::kSCols;  // key columns of S, dP
-  const int kv_row0 = (warp % Tiling::kKvWarpsN) * Tiling::kKvRows;  // key rows of dK, dV
-  const int kv_col0 = (warp / Tiling::kKvWarpsN) * Tiling::kKvCols;  // columns of dK, dV
-  const int q_row0 = (warp % Tiling::kQWarpsM) * Tiling::kQRows;     // query rows of dQ
-  const int q_col0 = (warp / Tiling::kQWarpsM) * Tiling::kQCols;     // columns of dQ
-
-  constexpr int kSM = Tiling::kSRows / 16, kSN = Tiling::kSCols / 8;
-  constexpr int kKvM = Tiling::kKvRows / 16, kKvN = Tiling::kKvCols / 8;
-  constexpr int kQM = Tiling::kQRows / 16, kQN = Tiling::kQCols / 8;
+  constexpr int kSM = T::kSRows / 16, kSN = T::kSCols / 8;
+  constexpr int kKvM = T::kKvRows / 16, kKvN = T::kKvCols / 8;
+  constexpr int kQM = T::kQRows / 16, kQN = T::kQCols / 8;
 
   float acc_dk[kKvM][kKvN][4], acc_dv[kKvM][kKvN][4];
 #pragma unroll
@@ -412,121 +363,139 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
     }
   }
 
-  if (iterations > 0) load_query_block(0, 0);
+  // The loop visits query blocks block_first .. block_last - 1 of each query head of the group.
+  int query_block = block_first, head_q = head_kv * p.group;
+  if (iterations > 0) load_query_block(query_block, head_q, 0);
   cp_async_commit();
 
   for (int it = 0; it < iterations; ++it) {
     const int stage = it % 2;
-    const int head_q = head_kv * p.group + it / blocks_per_head;
-    const int query_block = block_first + it % blocks_per_head;
     const int query_begin = query_block * kBlockM;
-    cp_async_wait_all();
-    // Stage `stage` is loaded; every warp is done with the other stage, sP and sdS.
+    int next_block = query_block + 1, next_head = head_q;
+    if (next_block == block_last) next_block = block_first, ++next_head;
+    cp_async_wait<0>();
+    // Stage `stage` is loaded; every warp is done with the other stage, P and dS.
     __syncthreads();
-    if (it + 1 < iterations) load_query_block(it + 1, stage ^ 1);
+    if (it + 1 < iterations) load_query_block(next_block, next_head, stage ^ 1);
     cp_async_commit();
 
-    const Element* q_stage = sQ + stage * Tiling::kQElements;
-    const Element* do_stage = sdO + stage * Tiling::kQElements;
-    const float* lse_stage = sLse + stage * kBlockM;
-    const float* delta_stage = sDelta + stage * kBlockM;
+    const std::uint32_t stage_offset = stage * T::kQBytes;
+    const float* lse_rows = s_lse + stage * kBlockM + s_row0 + g;
+    const float* delta_rows = s_delta + stage * kBlockM + s_row0 + g;
+    // Only blocks that cross the mask's edge or the end of the keys or queries are masked.
+    const bool needs_mask = query_begin + kBlockM > seq.seqlen_q ||
+                            !mask.block_full(query_begin, query_begin + kBlockM - 1, key_begin, key_begin + kBlockN);
 
-    // ---- S = Q_i K_j^T (line 11) and dP = dO_i V_j^T (line 14), this warp's 32 x kSCols tile.
-    float acc_s[kSM][kSN][4], acc_dp[kSM][kSN][4];
+    // ---- S = Q_i K_j^T (line 11), this warp's 32 x kSCols tile, then P = exp(scale * S - LSE)
+    // (line 13) in place, written to shared memory.
+    float acc_s[kSM][kSN][4];
 #pragma unroll
     for (int m = 0; m < kSM; ++m) {
 #pragma unroll
       for (int n = 0; n < kSN; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[m][n][e] = acc_dp[m][n][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc_s[m][n][e] = 0.0f;
       }
     }
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      std::uint32_t a_q[kSM][4];
+      std::uint32_t a[kSM][4];
 #pragma unroll
-      for (int m = 0; m < kSM; ++m) ldmatrix_x4(a_q[m], q_stage + (s_row0 + m * 16 + a_m) * kStride + kk * 16 + a_k);
-#pragma unroll
-      for (int np = 0; np < kSN / 2; ++np) {
-        std::uint32_t b_k[4];
-        ldmatrix_x4(b_k, sK + (s_col0 + np * 16 + bn_n) * kStride + kk * 16 + bn_k);
-#pragma unroll
-        for (int m = 0; m < kSM; ++m) {
-          mma_16816<Element>(acc_s[m][2 * np], a_q[m], b_k[0], b_k[1]);
-          mma_16816<Element>(acc_s[m][2 * np + 1], a_q[m], b_k[2], b_k[3]);
-        }
-      }
-      std::uint32_t a_do[kSM][4];
-#pragma unroll
-      for (int m = 0; m < kSM; ++m) ldmatrix_x4(a_do[m], do_stage + (s_row0 + m * 16 + a_m) * kStride + kk * 16 + a_k);
+      for (int m = 0; m < kSM; ++m) ldmatrix_x4(a[m], s_a + stage_offset + m * 16 * kRowBytes + kk * 32);
 #pragma unroll
       for (int np = 0; np < kSN / 2; ++np) {
-        std::uint32_t b_v[4];
-        ldmatrix_x4(b_v, sV + (s_col0 + np * 16 + bn_n) * kStride + kk * 16 + bn_k);
+        std::uint32_t bk[4];
+        ldmatrix_x4(bk, s_b + np * 16 * kRowBytes + kk * 32);
 #pragma unroll
         for (int m = 0; m < kSM; ++m) {
-          mma_16816<Element>(acc_dp[m][2 * np], a_do[m], b_v[0], b_v[1]);
-          mma_16816<Element>(acc_dp[m][2 * np + 1], a_do[m], b_v[2], b_v[3]);
+          mma_16816<Element>(acc_s[m][2 * np], a[m], bk[0], bk[1]);
+          mma_16816<Element>(acc_s[m][2 * np + 1], a[m], bk[2], bk[3]);
         }
       }
     }
-
-    // ---- P = exp(scale * S - LSE) (line 13) and dS = P o (dP - D) (line 16), to shared memory.
-    const bool needs_mask =
-        key_begin + kBlockN > seq.seqlen_k || query_begin + kBlockM > seq.seqlen_q ||
-        (p.causal_or_right && key_begin + kBlockN - 1 > query_begin + offset + p.window_right) ||
-        (p.has_left && key_begin < query_begin + kBlockM - 1 + offset - p.window_left);
 #pragma unroll
     for (int m = 0; m < kSM; ++m) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int query_local = s_row0 + m * 16 + g + 8 * half;
-        const float lse = lse_stage[query_local], delta = delta_stage[query_local];
-        Element* p_row = sP + query_local * kPStride + s_col0 + 2 * t;
-        Element* ds_row = sdS + query_local * kPStride + s_col0 + 2 * t;
+        const float lse = lse_rows[m * 16 + 8 * half];
 #pragma unroll
         for (int n = 0; n < kSN; ++n) {
-          float prob[2], grad[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            prob[e] = exp2f(acc_s[m][n][2 * half + e] * p.scale_log2 - lse);
+            float& prob = acc_s[m][n][2 * half + e];
+            prob = exp2f(fmaf(prob, p.scale_log2, -lse));
             if (needs_mask) {
-              const int query = query_begin + query_local, key = key_begin + s_col0 + n * 8 + 2 * t + e;
-              const int diagonal = query + offset;
-              const bool visible = key < seq.seqlen_k && query < seq.seqlen_q &&
-                                   !(p.causal_or_right && key > diagonal + p.window_right) &&
-                                   !(p.has_left && key < diagonal - p.window_left);
-              if (!visible) prob[e] = 0.0f;
+              const int query = query_begin + s_row0 + m * 16 + g + 8 * half;
+              const int key = key_begin + s_col0 + n * 8 + 2 * t + e;
+              if (query >= seq.seqlen_q || !mask.visible(query, key)) prob = 0.0f;
             }
-            grad[e] = prob[e] * (acc_dp[m][n][2 * half + e] - delta);
           }
-          *reinterpret_cast<std::uint32_t*>(p_row + n * 8) = pack2<Element>(prob[0], prob[1]);
-          *reinterpret_cast<std::uint32_t*>(ds_row + n * 8) = pack2<Element>(grad[0], grad[1]);
+          *reinterpret_cast<std::uint32_t*>(p_store + (m * 16 + 8 * half) * kPRowBytes + n * 16) =
+              pack2<Element>(acc_s[m][n][2 * half], acc_s[m][n][2 * half + 1]);
+        }
+      }
+    }
+
+    // ---- dP = dO_i V_j^T (line 14), then dS = P o (dP - D) (line 16), written to shared memory.
+    {
+      float acc_dp[kSM][kSN][4];
+#pragma unroll
+      for (int m = 0; m < kSM; ++m) {
+#pragma unroll
+        for (int n = 0; n < kSN; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_dp[m][n][e] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        std::uint32_t a[kSM][4];
+#pragma unroll
+        for (int m = 0; m < kSM; ++m) {
+          ldmatrix_x4(a[m], s_a + (T::kdOOffset - T::kQOffset) + stage_offset + m * 16 * kRowBytes + kk * 32);
+        }
+#pragma unroll
+        for (int np = 0; np < kSN / 2; ++np) {
+          std::uint32_t bv[4];
+          ldmatrix_x4(bv, s_b + (T::kVOffset - T::kKOffset) + np * 16 * kRowBytes + kk * 32);
+#pragma unroll
+          for (int m = 0; m < kSM; ++m) {
+            mma_16816<Element>(acc_dp[m][2 * np], a[m], bv[0], bv[1]);
+            mma_16816<Element>(acc_dp[m][2 * np + 1], a[m], bv[2], bv[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kSM; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float delta = delta_rows[m * 16 + 8 * half];
+#pragma unroll
+          for (int n = 0; n < kSN; ++n) {
+            const float ds0 = acc_s[m][n][2 * half] * (acc_dp[m][n][2 * half] - delta);
+            const float ds1 = acc_s[m][n][2 * half + 1] * (acc_dp[m][n][2 * half + 1] - delta);
+            *reinterpret_cast<std::uint32_t*>(p_store + T::kPBytes + (m * 16 + 8 * half) * kPRowBytes + n * 16) =
+                pack2<Element>(ds0, ds1);
+          }
         }
       }
     }
     __syncthreads();  // P and dS complete in shared memory
 
-    // ---- dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 18): 32 keys x kKvCols.
+    // ---- dV_j += P^T dO_i (line 12): 32 keys x kKvCols.
 #pragma unroll
     for (int ks = 0; ks < kBlockM / 16; ++ks) {
-      std::uint32_t a_p[kKvM][4], a_ds[kKvM][4];
+      std::uint32_t a[kKvM][4];
 #pragma unroll
-      for (int m = 0; m < kKvM; ++m) {
-        ldmatrix_x4_trans(a_p[m], sP + (ks * 16 + at_k) * kPStride + kv_row0 + m * 16 + at_m);
-        ldmatrix_x4_trans(a_ds[m], sdS + (ks * 16 + at_k) * kPStride + kv_row0 + m * 16 + at_m);
-      }
+      for (int m = 0; m < kKvM; ++m) ldmatrix_x4_trans(a[m], kv_a + ks * 16 * kPRowBytes + m * 32);
 #pragma unroll
       for (int np = 0; np < kKvN / 2; ++np) {
-        std::uint32_t b_do[4], b_q[4];
-        ldmatrix_x4_trans(b_do, do_stage + (ks * 16 + bt_k) * kStride + kv_col0 + np * 16 + bt_n);
-        ldmatrix_x4_trans(b_q, q_stage + (ks * 16 + bt_k) * kStride + kv_col0 + np * 16 + bt_n);
+        std::uint32_t bdo[4];
+        ldmatrix_x4_trans(bdo, kv_b + (T::kdOOffset - T::kQOffset) + stage_offset + ks * 16 * kRowBytes + np * 32);
 #pragma unroll
         for (int m = 0; m < kKvM; ++m) {
-          mma_16816<Element>(acc_dv[m][2 * np], a_p[m], b_do[0], b_do[1]);
-          mma_16816<Element>(acc_dv[m][2 * np + 1], a_p[m], b_do[2], b_do[3]);
-          mma_16816<Element>(acc_dk[m][2 * np], a_ds[m], b_q[0], b_q[1]);
-          mma_16816<Element>(acc_dk[m][2 * np + 1], a_ds[m], b_q[2], b_q[3]);
+          mma_16816<Element>(acc_dv[m][2 * np], a[m], bdo[0], bdo[1]);
+          mma_16816<Element>(acc_dv[m][2 * np + 1], a[m], bdo[2], bdo[3]);
         }
       }
     }
@@ -545,17 +514,17 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
       }
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        std::uint32_t a_ds[kQM][4];
+        std::uint32_t a[kQM][4];
 #pragma unroll
-        for (int m = 0; m < kQM; ++m) ldmatrix_x4(a_ds[m], sdS + (q_row0 + m * 16 + a_m) * kPStride + ks * 16 + a_k);
+        for (int m = 0; m < kQM; ++m) ldmatrix_x4(a[m], q_a + m * 16 * kPRowBytes + ks * 32);
 #pragma unroll
         for (int np = 0; np < kQN / 2; ++np) {
-          std::uint32_t b_k[4];
-          ldmatrix_x4_trans(b_k, sK + (ks * 16 + bt_k) * kStride + q_col0 + np * 16 + bt_n);
+          std::uint32_t bk[4];
+          ldmatrix_x4_trans(bk, q_b + ks * 16 * kRowBytes + np * 32);
 #pragma unroll
           for (int m = 0; m < kQM; ++m) {
-            mma_16816<Element>(acc_dq[m][2 * np], a_ds[m], b_k[0], b_k[1]);
-            mma_16816<Element>(acc_dq[m][2 * np + 1], a_ds[m], b_k[2], b_k[3]);
+            mma_16816<Element>(acc_dq[m][2 * np], a[m], bk[0], bk[1]);
+            mma_16816<Element>(acc_dq[m][2 * np + 1], a[m], bk[2], bk[3]);
           }
         }
       }
@@ -564,8 +533,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
       int* counter = nullptr;
       int turn = 0;
       if (p.deterministic) {
-        int first_key = 0;
-        if (p.has_left) first_key = max(0, query_begin + offset - p.window_left);
+        const int first_key = mask.first_key(query_begin);
         turn = key_block - first_key / kBlockN;
         counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
         if (tid == 0) {
@@ -576,8 +544,12 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
         }
         __syncthreads();
       }
-      float* dq_base =
-          p.dq_accum + (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q) * p.head_dim;
+      // The accumulator rows are padded_head_dim = kHeadDim long: every offset below but the row
+      // base is a compile-time constant, and the padded columns (zero) need no test.
+      float* dq_lane = p.dq_accum +
+                       (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin) * kHeadDim +
+                       dq_lane_row * kHeadDim + dq_lane_col;
+      const bool rows_inside = query_begin + kBlockM <= seq.seqlen_q;
 #pragma unroll
       for (int m = 0; m < kQM; ++m) {
 #pragma unroll
@@ -589,11 +561,9 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
           const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
           const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
           const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          const int row = query_begin + q_row0 + m * 16 + g + (odd ? 8 : 0);
-          const int col = q_col0 + n * 8 + 2 * (t & ~1);
           const float4 value = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
-          if (row < seq.seqlen_q && col < p.head_dim) {
-            add_to_dq(dq_base + static_cast<std::int64_t>(row) * p.head_dim + col, value);
+          if (rows_inside || query_begin + dq_lane_row + m * 16 < seq.seqlen_q) {
+            add_to_dq(dq_lane + m * 16 * kHeadDim + n * 8, value);
           }
         }
       }
@@ -603,6 +573,25 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(Back
         if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
       }
     }
+
+    // ---- dK_j += dS^T Q_i (line 18): 32 keys x kKvCols.
+#pragma unroll
+    for (int ks = 0; ks < kBlockM / 16; ++ks) {
+      std::uint32_t a[kKvM][4];
+#pragma unroll
+      for (int m = 0; m < kKvM; ++m) ldmatrix_x4_trans(a[m], kv_a + T::kPBytes + ks * 16 * kPRowBytes + m * 32);
+#pragma unroll
+      for (int np = 0; np < kKvN / 2; ++np) {
+        std::uint32_t bq[4];
+        ldmatrix_x4_trans(bq, kv_b + stage_offset + ks * 16 * kRowBytes + np * 32);
+#pragma unroll
+        for (int m = 0; m < kKvM; ++m) {
+          mma_16816<Element>(acc_dk[m][2 * np], a[m], bq[0], bq[1]);
+          mma_16816<Element>(acc_dk[m][2 * np + 1], a[m], bq[2], bq[3]);
+        }
+      }
+    }
+    query_block = next_block, head_q = next_head;
   }
 
   // ---- Write dK_j (scaled: S = scale * Q K^T) and dV_j (line 23).
@@ -659,7 +648,8 @@ WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   layout.lse_offset = 0;
   layout.delta_offset = align(rows * heads * sizeof(float));
   layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
-  layout.counters_offset = layout.dq_offset + align(rows * heads * problem.head_dim * sizeof(float));
+  const std::size_t padded = static_cast<std::size_t>(padded_head_dim(problem.head_dim));
+  layout.counters_offset = layout.dq_offset + align(rows * heads * padded * sizeof(float));
   const int query_blocks = (problem.seqlen_q + kMinBlockM - 1) / kMinBlockM;
   const std::size_t counters =
       deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
@@ -785,15 +775,14 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.seqlen_q = problem.seqlen_q;
   p.seqlen_k = problem.seqlen_k;
   p.head_dim = problem.head_dim;
+  p.padded_head_dim = padded_head_dim(problem.head_dim);
   p.total_rows_q = problem.total_rows_q();
   p.scale = static_cast<float>(problem.scale());
   p.scale_log2 = static_cast<float>(problem.scale() * 1.4426950408889634);
   const Mask& mask = problem.mask;
-  p.causal_or_right = mask.causal || mask.window_right >= 0;
-  p.window_right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
-  p.has_left = mask.window_left >= 0;
   p.window_left = mask.window_left;
-  p.bottom_right = mask.alignment == CausalAlignment::bottom_right;
+  p.window_right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+  p.bottom_right = mask.alignment == CausalAlignment::bottom_right ? 1 : 0;
   p.deterministic = deterministic;
   p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
   p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);

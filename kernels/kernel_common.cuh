@@ -115,6 +115,15 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t shared_dst, const void
   (void)shared_dst, (void)global_src, (void)valid;
 #endif
 }
+// 4 bytes global -> shared (through L1); valid == false writes 4 zero bytes.
+__device__ __forceinline__ void cp_async_4(std::uint32_t shared_dst, const void* global_src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int source_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_dst), "l"(global_src), "r"(source_bytes));
+#else
+  (void)shared_dst, (void)global_src, (void)valid;
+#endif
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);

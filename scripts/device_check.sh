@@ -3,7 +3,7 @@
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
-# bench (forward and backward) bench-fwd example ncu sanitize (default: build tests bench)
+# bench (forward and backward) bench-fwd example ncu ncu-bwd sanitize (default: build tests bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -16,7 +16,7 @@ step_build() {
   start=$(date +%s)
   cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_BUILD_VIZ=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
     >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-  cmake --build $BUILD --target test_kernels flashlab_kernels_c fa2_forward_bench -j16 >>"$OUT/build.log" 2>&1 \
+  cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels flashlab_kernels_c fa2_forward_bench test_fa2_backward_bench} -j16 >>"$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
   echo "build (sm_90a, -j16): $(( $(date +%s) - start )) s"
 }
@@ -64,6 +64,29 @@ step_sanitize() {
     echo "compute-sanitizer $tool: exit $? ($(grep -cE "ERROR|error" "$OUT/sanitizer_$tool.log") error lines)"
     tail -3 "$OUT/sanitizer_$tool.log"
     grep -m2 -A6 -E "^========= (Warning|Error)" "$OUT/sanitizer_$tool.log"
+  done
+}
+step_ncu_bwd() {
+  # Our FA2 backward's main kernel next to SDPA flash's backward kernel on the same shape (bf16,
+  # batch 4, 16 heads, seqlen 4096, d = 128, non-causal): Nsight Compute's full set for each,
+  # the details pages as text and the stall reasons per SASS line of ours.
+  ncu --clock-control none --kernel-name regex:backward_main --launch-skip 2 --launch-count 1 --set full \
+    --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims 128 \
+    --seqlens 4096 >"$OUT/ncu_bwd_ours.log" 2>&1
+  ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page details >"$OUT/ncu_bwd_ours.txt" 2>&1
+  ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_bwd_ours_sass.csv" 2>&1
+  ncu --clock-control none --kernel-name regex:flash_bwd_dq_dk_dv --launch-skip 2 --launch-count 1 --set full \
+    -o "$OUT/ncu_bwd_sdpa" -f python3 -c "
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn(4, 16, 4096, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+for _ in range(4):
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
+torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
+  ncu -i "$OUT/ncu_bwd_sdpa.ncu-rep" --page details >"$OUT/ncu_bwd_sdpa.txt" 2>&1
+  for side in ours sdpa; do
+    echo "== $side"; grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory Throughput|Warp Cycles Per Issued|Executed Ipc A|Block Size|Grid Size|Dynamic Shared" "$OUT/ncu_bwd_$side.txt" | head -24
   done
 }
 for step in $steps; do
