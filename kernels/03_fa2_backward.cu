@@ -185,15 +185,21 @@ __global__ void __launch_bounds__(256) backward_convert_dq_kernel(BackwardParams
 }
 
 // ---------------------------------------------------------------------------------------------
-// 16 bytes added to the fp32 dQ accumulator: one vector atomic on sm_90, four scalar ones before.
-[[maybe_unused]] __device__ __forceinline__ void add_to_dq(float* address, float4 value) {
+// 16 bytes added to the fp32 dQ accumulator when `active`: one predicated vector reduction on
+// sm_90 (no branch, no returned value), four scalar atomics before.
+[[maybe_unused]] __device__ __forceinline__ void add_to_dq(float* address, float4 value, bool active) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(address), value);
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(address),
+      "f"(value.x), "f"(value.y), "f"(value.z), "f"(value.w), "r"(static_cast<int>(active))
+      : "memory");
 #else
-  atomicAdd(address, value.x);
-  atomicAdd(address + 1, value.y);
-  atomicAdd(address + 2, value.z);
-  atomicAdd(address + 3, value.w);
+  if (active) {
+    atomicAdd(address, value.x);
+    atomicAdd(address + 1, value.y);
+    atomicAdd(address + 2, value.z);
+    atomicAdd(address + 3, value.w);
+  }
 #endif
 }
 
@@ -386,82 +392,30 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
     const bool needs_mask = query_begin + kBlockM > seq.seqlen_q ||
                             !mask.block_full(query_begin, query_begin + kBlockM - 1, key_begin, key_begin + kBlockN);
 
-    // ---- S = Q_i K_j^T (line 11), this warp's 32 x kSCols tile, then P = exp(scale * S - LSE)
-    // (line 13) in place, written to shared memory.
-    float acc_s[kSM][kSN][4];
-#pragma unroll
-    for (int m = 0; m < kSM; ++m) {
-#pragma unroll
-      for (int n = 0; n < kSN; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[m][n][e] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-      std::uint32_t a[kSM][4];
-#pragma unroll
-      for (int m = 0; m < kSM; ++m) ldmatrix_x4(a[m], s_a + stage_offset + m * 16 * kRowBytes + kk * 32);
-#pragma unroll
-      for (int np = 0; np < kSN / 2; ++np) {
-        std::uint32_t bk[4];
-        ldmatrix_x4(bk, s_b + np * 16 * kRowBytes + kk * 32);
-#pragma unroll
-        for (int m = 0; m < kSM; ++m) {
-          mma_16816<Element>(acc_s[m][2 * np], a[m], bk[0], bk[1]);
-          mma_16816<Element>(acc_s[m][2 * np + 1], a[m], bk[2], bk[3]);
-        }
-      }
-    }
-#pragma unroll
-    for (int m = 0; m < kSM; ++m) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float lse = lse_rows[m * 16 + 8 * half];
-#pragma unroll
-        for (int n = 0; n < kSN; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& prob = acc_s[m][n][2 * half + e];
-            prob = exp2f(fmaf(prob, p.scale_log2, -lse));
-            if (needs_mask) {
-              const int query = query_begin + s_row0 + m * 16 + g + 8 * half;
-              const int key = key_begin + s_col0 + n * 8 + 2 * t + e;
-              if (query >= seq.seqlen_q || !mask.visible(query, key)) prob = 0.0f;
-            }
-          }
-          *reinterpret_cast<std::uint32_t*>(p_store + (m * 16 + 8 * half) * kPRowBytes + n * 16) =
-              pack2<Element>(acc_s[m][n][2 * half], acc_s[m][n][2 * half + 1]);
-        }
-      }
-    }
-
-    // ---- dP = dO_i V_j^T (line 14), then dS = P o (dP - D) (line 16), written to shared memory.
+    // ---- S = Q_i K_j^T (line 11), this warp's 32 x kSCols tile; keys a row must not see are set
+    // to -inf (boundary blocks only); P = exp(scale * S - LSE) (line 13), rounded to the dtype,
+    // kept packed in registers for dS (the same P the tensor cores read for dV) and written to
+    // shared memory.
+    std::uint32_t p_pairs[kSM][kSN][2];
     {
-      float acc_dp[kSM][kSN][4];
-#pragma unroll
-      for (int m = 0; m < kSM; ++m) {
-#pragma unroll
-        for (int n = 0; n < kSN; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_dp[m][n][e] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-        std::uint32_t a[kSM][4];
+      float acc_s[kSM][kSN][4] = {};
+      warp_mma_pipelined<Element, kHeadDim / 16, kSM, kSN>(
+          acc_s, [&](std::uint32_t(&a)[4], int k, int m) { ldmatrix_x4(a, s_a + stage_offset + m * 16 * kRowBytes + k * 32); },
+          [&](std::uint32_t(&b)[4], int k, int n) { ldmatrix_x4(b, s_b + n * 16 * kRowBytes + k * 32); });
+      if (needs_mask) {
 #pragma unroll
         for (int m = 0; m < kSM; ++m) {
-          ldmatrix_x4(a[m], s_a + (T::kdOOffset - T::kQOffset) + stage_offset + m * 16 * kRowBytes + kk * 32);
-        }
 #pragma unroll
-        for (int np = 0; np < kSN / 2; ++np) {
-          std::uint32_t bv[4];
-          ldmatrix_x4(bv, s_b + (T::kVOffset - T::kKOffset) + np * 16 * kRowBytes + kk * 32);
+          for (int half = 0; half < 2; ++half) {
+            const int query = query_begin + s_row0 + m * 16 + g + 8 * half;
 #pragma unroll
-          for (int m = 0; m < kSM; ++m) {
-            mma_16816<Element>(acc_dp[m][2 * np], a[m], bv[0], bv[1]);
-            mma_16816<Element>(acc_dp[m][2 * np + 1], a[m], bv[2], bv[3]);
+            for (int n = 0; n < kSN; ++n) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int key = key_begin + s_col0 + n * 8 + 2 * t + e;
+                if (query >= seq.seqlen_q || !mask.visible(query, key)) acc_s[m][n][2 * half + e] = -INFINITY;
+              }
+            }
           }
         }
       }
@@ -469,11 +423,39 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
       for (int m = 0; m < kSM; ++m) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+          const float lse = lse_rows[m * 16 + 8 * half];
+#pragma unroll
+          for (int n = 0; n < kSN; ++n) {
+            const float p0 = exp2f(fmaf(acc_s[m][n][2 * half], p.scale_log2, -lse));
+            const float p1 = exp2f(fmaf(acc_s[m][n][2 * half + 1], p.scale_log2, -lse));
+            p_pairs[m][n][half] = pack2<Element>(p0, p1);
+            *reinterpret_cast<std::uint32_t*>(p_store + (m * 16 + 8 * half) * kPRowBytes + n * 16) = p_pairs[m][n][half];
+          }
+        }
+      }
+    }
+
+    // ---- dP = dO_i V_j^T (line 14), then dS = P o (dP - D) (line 16), written to shared memory.
+    {
+      float acc_dp[kSM][kSN][4] = {};
+      warp_mma_pipelined<Element, kHeadDim / 16, kSM, kSN>(
+          acc_dp,
+          [&](std::uint32_t(&a)[4], int k, int m) {
+            ldmatrix_x4(a, s_a + (T::kdOOffset - T::kQOffset) + stage_offset + m * 16 * kRowBytes + k * 32);
+          },
+          [&](std::uint32_t(&b)[4], int k, int n) {
+            ldmatrix_x4(b, s_b + (T::kVOffset - T::kKOffset) + n * 16 * kRowBytes + k * 32);
+          });
+#pragma unroll
+      for (int m = 0; m < kSM; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
           const float delta = delta_rows[m * 16 + 8 * half];
 #pragma unroll
           for (int n = 0; n < kSN; ++n) {
-            const float ds0 = acc_s[m][n][2 * half] * (acc_dp[m][n][2 * half] - delta);
-            const float ds1 = acc_s[m][n][2 * half + 1] * (acc_dp[m][n][2 * half + 1] - delta);
+            const float2 prob = unpack2<Element>(p_pairs[m][n][half]);
+            const float ds0 = prob.x * (acc_dp[m][n][2 * half] - delta);
+            const float ds1 = prob.y * (acc_dp[m][n][2 * half + 1] - delta);
             *reinterpret_cast<std::uint32_t*>(p_store + T::kPBytes + (m * 16 + 8 * half) * kPRowBytes + n * 16) =
                 pack2<Element>(ds0, ds1);
           }
@@ -482,52 +464,20 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
     }
     __syncthreads();  // P and dS complete in shared memory
 
-    // ---- dV_j += P^T dO_i (line 12): 32 keys x kKvCols.
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks) {
-      std::uint32_t a[kKvM][4];
-#pragma unroll
-      for (int m = 0; m < kKvM; ++m) ldmatrix_x4_trans(a[m], kv_a + ks * 16 * kPRowBytes + m * 32);
-#pragma unroll
-      for (int np = 0; np < kKvN / 2; ++np) {
-        std::uint32_t bdo[4];
-        ldmatrix_x4_trans(bdo, kv_b + (T::kdOOffset - T::kQOffset) + stage_offset + ks * 16 * kRowBytes + np * 32);
-#pragma unroll
-        for (int m = 0; m < kKvM; ++m) {
-          mma_16816<Element>(acc_dv[m][2 * np], a[m], bdo[0], bdo[1]);
-          mma_16816<Element>(acc_dv[m][2 * np + 1], a[m], bdo[2], bdo[3]);
-        }
-      }
-    }
+    // ---- dV_j += P^T dO_i (line 12): 32 keys x kKvCols, P^T and dO through transposing ldmatrix.
+    warp_mma_pipelined<Element, kBlockM / 16, kKvM, kKvN>(
+        acc_dv, [&](std::uint32_t(&a)[4], int k, int m) { ldmatrix_x4_trans(a, kv_a + k * 16 * kPRowBytes + m * 32); },
+        [&](std::uint32_t(&b)[4], int k, int n) {
+          ldmatrix_x4_trans(b, kv_b + (T::kdOOffset - T::kQOffset) + stage_offset + k * 16 * kRowBytes + n * 32);
+        });
 
     // ---- dQ_i += dS K_j (line 20): kQRows x kQCols per warp, added to the fp32 accumulator in
-    // HBM with 16-byte atomics (sm_90) after pairing lanes so each holds 4 consecutive columns.
+    // HBM with 16-byte reductions after pairing lanes so each holds 4 consecutive columns.
     {
-      float acc_dq[kQM][kQN][4];
-#pragma unroll
-      for (int m = 0; m < kQM; ++m) {
-#pragma unroll
-        for (int n = 0; n < kQN; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc_dq[m][n][e] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < kBlockN / 16; ++ks) {
-        std::uint32_t a[kQM][4];
-#pragma unroll
-        for (int m = 0; m < kQM; ++m) ldmatrix_x4(a[m], q_a + m * 16 * kPRowBytes + ks * 32);
-#pragma unroll
-        for (int np = 0; np < kQN / 2; ++np) {
-          std::uint32_t bk[4];
-          ldmatrix_x4_trans(bk, q_b + ks * 16 * kRowBytes + np * 32);
-#pragma unroll
-          for (int m = 0; m < kQM; ++m) {
-            mma_16816<Element>(acc_dq[m][2 * np], a[m], bk[0], bk[1]);
-            mma_16816<Element>(acc_dq[m][2 * np + 1], a[m], bk[2], bk[3]);
-          }
-        }
-      }
+      float acc_dq[kQM][kQN][4] = {};
+      warp_mma_pipelined<Element, kBlockN / 16, kQM, kQN>(
+          acc_dq, [&](std::uint32_t(&a)[4], int k, int m) { ldmatrix_x4(a, q_a + m * 16 * kPRowBytes + k * 32); },
+          [&](std::uint32_t(&b)[4], int k, int n) { ldmatrix_x4_trans(b, q_b + k * 16 * kRowBytes + n * 32); });
 
       // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
       int* counter = nullptr;
@@ -549,7 +499,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
       float* dq_lane = p.dq_accum +
                        (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin) * kHeadDim +
                        dq_lane_row * kHeadDim + dq_lane_col;
-      const bool rows_inside = query_begin + kBlockM <= seq.seqlen_q;
+      const int rows_left = seq.seqlen_q - query_begin - dq_lane_row;  // this lane's rows inside the sequence
 #pragma unroll
       for (int m = 0; m < kQM; ++m) {
 #pragma unroll
@@ -562,9 +512,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
           const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
           const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
           const float4 value = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
-          if (rows_inside || query_begin + dq_lane_row + m * 16 < seq.seqlen_q) {
-            add_to_dq(dq_lane + m * 16 * kHeadDim + n * 8, value);
-          }
+          add_to_dq(dq_lane + m * 16 * kHeadDim + n * 8, value, m * 16 < rows_left);
         }
       }
       if (p.deterministic) {
@@ -575,22 +523,10 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
     }
 
     // ---- dK_j += dS^T Q_i (line 18): 32 keys x kKvCols.
-#pragma unroll
-    for (int ks = 0; ks < kBlockM / 16; ++ks) {
-      std::uint32_t a[kKvM][4];
-#pragma unroll
-      for (int m = 0; m < kKvM; ++m) ldmatrix_x4_trans(a[m], kv_a + T::kPBytes + ks * 16 * kPRowBytes + m * 32);
-#pragma unroll
-      for (int np = 0; np < kKvN / 2; ++np) {
-        std::uint32_t bq[4];
-        ldmatrix_x4_trans(bq, kv_b + stage_offset + ks * 16 * kRowBytes + np * 32);
-#pragma unroll
-        for (int m = 0; m < kKvM; ++m) {
-          mma_16816<Element>(acc_dk[m][2 * np], a[m], bq[0], bq[1]);
-          mma_16816<Element>(acc_dk[m][2 * np + 1], a[m], bq[2], bq[3]);
-        }
-      }
-    }
+    warp_mma_pipelined<Element, kBlockM / 16, kKvM, kKvN>(
+        acc_dk,
+        [&](std::uint32_t(&a)[4], int k, int m) { ldmatrix_x4_trans(a, kv_a + T::kPBytes + k * 16 * kPRowBytes + m * 32); },
+        [&](std::uint32_t(&b)[4], int k, int n) { ldmatrix_x4_trans(b, kv_b + stage_offset + k * 16 * kRowBytes + n * 32); });
     query_block = next_block, head_q = next_head;
   }
 

@@ -27,6 +27,18 @@ __device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float low, float h
   return *reinterpret_cast<std::uint32_t*>(&pair);
 }
 
+// The two 16-bit values of a packed register, as floats (low half first).
+template <typename T>
+__device__ __forceinline__ float2 unpack2(std::uint32_t pair);
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(std::uint32_t pair) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&pair));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(std::uint32_t pair) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
+}
+
 template <typename T>
 __device__ __forceinline__ float to_float(T value);
 template <>
@@ -134,6 +146,38 @@ __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 #endif
+}
+
+// acc[m][n] += A_m B_n over kSteps k16 steps, for kM row tiles (m16) and kN column tiles (n8) of
+// one warp. load_a(fragment, k, m) and load_b(fragment, k, n_pair) fetch one A tile and two B tiles
+// (one ldmatrix x4 each); the fragments of step k + 1 are fetched while the MMAs of step k run
+// (register double buffering), so shared-memory latency hides behind tensor-core work.
+template <typename T, int kSteps, int kM, int kN, typename LoadA, typename LoadB>
+__device__ __forceinline__ void warp_mma_pipelined(float (&acc)[kM][kN][4], const LoadA& load_a, const LoadB& load_b) {
+  static_assert(kN % 2 == 0, "B fragments come in pairs of n8 tiles");
+  std::uint32_t a[2][kM][4], b[2][kN / 2][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) load_a(a[0][m], 0, m);
+#pragma unroll
+  for (int n = 0; n < kN / 2; ++n) load_b(b[0][n], 0, n);
+#pragma unroll
+  for (int k = 0; k < kSteps; ++k) {
+    const int current = k % 2;
+    if (k + 1 < kSteps) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m) load_a(a[current ^ 1][m], k + 1, m);
+#pragma unroll
+      for (int n = 0; n < kN / 2; ++n) load_b(b[current ^ 1][n], k + 1, n);
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int n = 0; n < kN / 2; ++n) {
+        mma_16816<T>(acc[m][2 * n], a[current][m], b[current][n][0], b[current][n][1]);
+        mma_16816<T>(acc[m][2 * n + 1], a[current][m], b[current][n][2], b[current][n][3]);
+      }
+    }
+  }
 }
 
 // The causal / sliding-window rule of HeadProblem::key_visible_ignoring_sparsity, on the device:
