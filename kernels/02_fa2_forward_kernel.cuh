@@ -60,43 +60,6 @@ struct Fa2Tile {
   static constexpr int kSharedBytes = (kBlockM + 2 * kStages * kBlockN) * kRowStride * 2;
 };
 
-namespace device {
-
-// Copies rows [row0, row0 + kRows) x cols [0, kHeadDim) of one head into a padded shared tile;
-// rows at or past `rows_valid` and columns at or past `head_dim` are zero-filled.
-template <typename T, int kHeadDim, int kRows, int kThreads, int kRowStride>
-__device__ __forceinline__ void load_tile_async(T* shared, const T* global, std::int64_t row_stride, int rows_valid,
-                                                int head_dim) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  static_assert((kRows * kChunksPerRow) % kThreads == 0, "tile chunks must divide among the threads");
-  if constexpr (kThreads % kChunksPerRow != 0) {
-    // Head dims whose rows do not divide among the threads (96, 160, 192, 224): chunk by chunk.
-#pragma unroll
-    for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
-      const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
-      const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-      const bool valid = row < rows_valid && col < head_dim;
-      cp_async_16(shared_address(shared + row * kRowStride + col), valid ? global + row * row_stride + col : global, valid);
-    }
-    return;
-  }
-  constexpr int kRowsPerPass = kThreads % kChunksPerRow == 0 ? kThreads / kChunksPerRow : 1;
-  // One pointer walked down the rows (not one 64-bit offset per pass held across the key loop).
-  const int row0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = (static_cast<int>(threadIdx.x) % kChunksPerRow) * 8;
-  const T* source = global + row0 * row_stride + col;
-  const std::int64_t step = kRowsPerPass * row_stride;
-  const std::uint32_t destination = shared_address(shared + row0 * kRowStride + col);
-  const bool col_valid = col < head_dim;
-#pragma unroll
-  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
-    const bool valid = col_valid && row0 + pass * kRowsPerPass < rows_valid;
-    cp_async_16(destination + pass * kRowsPerPass * kRowStride * static_cast<int>(sizeof(T)), valid ? source : global,
-                valid);
-    source += step;
-  }
-}
-
-}  // namespace device
 
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward_kernel(const Fa2ForwardParams p) {

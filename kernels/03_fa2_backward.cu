@@ -85,6 +85,7 @@ struct BackwardParams {
   float* lse_log2;    // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
   float* delta;       // [heads_q][total_rows_q]: D = rowsum(dO * O)
   float* dq_accum;    // [heads_q][total_rows_q][padded_head_dim]
+  float* dq_sink;     // [padded_head_dim]: where rows past a sequence's end add their zeros
   int* dq_counters;   // [batch][heads_q][query_blocks] (deterministic mode)
 };
 
@@ -185,21 +186,18 @@ __global__ void __launch_bounds__(256) backward_convert_dq_kernel(BackwardParams
 }
 
 // ---------------------------------------------------------------------------------------------
-// 16 bytes added to the fp32 dQ accumulator when `active`: one predicated vector reduction on
-// sm_90 (no branch, no returned value), four scalar atomics before.
-[[maybe_unused]] __device__ __forceinline__ void add_to_dq(float* address, float4 value, bool active) {
+// 16 bytes added to the fp32 dQ accumulator: one vector reduction on sm_90 (no returned value),
+// four scalar atomics before.
+[[maybe_unused]] __device__ __forceinline__ void add_to_dq(float* address, float4 value) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(address),
-      "f"(value.x), "f"(value.y), "f"(value.z), "f"(value.w), "r"(static_cast<int>(active))
-      : "memory");
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(value.x), "f"(value.y), "f"(value.z),
+               "f"(value.w)
+               : "memory");
 #else
-  if (active) {
-    atomicAdd(address, value.x);
-    atomicAdd(address + 1, value.y);
-    atomicAdd(address + 2, value.z);
-    atomicAdd(address + 3, value.w);
-  }
+  atomicAdd(address, value.x);
+  atomicAdd(address + 1, value.y);
+  atomicAdd(address + 2, value.z);
+  atomicAdd(address + 3, value.w);
 #endif
 }
 
@@ -238,7 +236,6 @@ struct BackwardTiling {
   static_assert(kSWarpsM * kSWarpsN == kWarps && kSCols % 16 == 0, "S warp grid");
   static_assert(kKvWarpsN * kKvWarpsD == kWarps && kKvCols % 16 == 0, "dK/dV warp grid");
   static_assert(kQWarpsM * kQWarpsD == kWarps && kQCols % 16 == 0, "dQ warp grid");
-  static_assert(kBlockM * (kHeadDim / 8) % kThreads == 0, "Q/dO chunks divide among the threads");
   // Shared memory, in bytes: K, V, then two stages each of Q and dO, P, dS, then two stages of the
   // LSE and D rows (floats).
   static constexpr int kKvBytes = kBlockN * kStride * 2;  // each of K and V
@@ -257,7 +254,6 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   using T = Tiling;
   constexpr int kHeadDim = T::kHeadDim, kBlockN = T::kBlockN, kBlockM = T::kBlockM, kThreads = T::kThreads;
   constexpr int kRowBytes = T::kStride * 2, kPRowBytes = T::kPStride * 2;  // bytes per shared row
-  constexpr int kChunksPerRow = kHeadDim / 8;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const std::uint32_t smem = shared_address(smem_raw);
@@ -288,13 +284,11 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
                           (seq.position_k + key_begin) * p.k_row + static_cast<std::int64_t>(head_kv) * p.k_head;
   const Element* v_base = static_cast<const Element*>(p.v) + seq.batch_k * p.v_batch +
                           (seq.position_k + key_begin) * p.v_row + static_cast<std::int64_t>(head_kv) * p.v_head;
-  for (int chunk = tid; chunk < kBlockN * kChunksPerRow; chunk += kThreads) {
-    const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-    const bool valid = key_begin + row < key_end && col < p.head_dim;
-    const std::uint32_t offset = (row * T::kStride + col) * 2;
-    cp_async_16(smem + T::kKOffset + offset, valid ? k_base + row * p.k_row + col : k_base, valid);
-    cp_async_16(smem + T::kVOffset + offset, valid ? v_base + row * p.v_row + col : v_base, valid);
-  }
+  using Shared = Element*;
+  load_tile_async<Element, kHeadDim, kBlockN, kThreads, T::kStride>(Shared(smem_raw + T::kKOffset), k_base, p.k_row,
+                                                                    key_end - key_begin, p.head_dim);
+  load_tile_async<Element, kHeadDim, kBlockN, kThreads, T::kStride>(Shared(smem_raw + T::kVOffset), v_base, p.v_row,
+                                                                    key_end - key_begin, p.head_dim);
   cp_async_commit();
 
   // Issue the loads of query block `query_block` of head `head_q` (Q_i, dO_i, LSE_i, D_i) into
@@ -305,16 +299,11 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
                            (seq.position_q + query_begin) * p.q_row + static_cast<std::int64_t>(head_q) * p.q_head;
     const Element* do_src = static_cast<const Element*>(p.d_o) + seq.batch_q * p.do_batch +
                             (seq.position_q + query_begin) * p.do_row + static_cast<std::int64_t>(head_q) * p.do_head;
-    const std::uint32_t stage_offset = stage * T::kQBytes;
-#pragma unroll
-    for (int i = 0; i < kBlockM * kChunksPerRow / kThreads; ++i) {
-      const int chunk = i * kThreads + tid;
-      const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
-      const bool valid = query_begin + row < seq.seqlen_q && col < p.head_dim;
-      const std::uint32_t offset = stage_offset + (row * T::kStride + col) * 2;
-      cp_async_16(smem + T::kQOffset + offset, valid ? q_src + row * p.q_row + col : q_src, valid);
-      cp_async_16(smem + T::kdOOffset + offset, valid ? do_src + row * p.do_row + col : do_src, valid);
-    }
+    const int stage_offset = stage * T::kQBytes;
+    load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(Shared(smem_raw + T::kQOffset + stage_offset), q_src,
+                                                                      p.q_row, seq.seqlen_q - query_begin, p.head_dim);
+    load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(Shared(smem_raw + T::kdOOffset + stage_offset), do_src,
+                                                                      p.do_row, seq.seqlen_q - query_begin, p.head_dim);
     const std::int64_t rows = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin;
     for (int row = tid; row < kBlockM; row += kThreads) {
       const bool valid = query_begin + row < seq.seqlen_q;
@@ -495,25 +484,33 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
         __syncthreads();
       }
       // The accumulator rows are padded_head_dim = kHeadDim long: every offset below but the row
-      // base is a compile-time constant, and the padded columns (zero) need no test.
+      // base is a compile-time constant, and the padded columns (zero) need no test. Rows past the
+      // sequence's end (last query block only) go to a sink row of the workspace instead, so the
+      // reductions need no branch.
       float* dq_lane = p.dq_accum +
                        (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin) * kHeadDim +
                        dq_lane_row * kHeadDim + dq_lane_col;
       const int rows_left = seq.seqlen_q - query_begin - dq_lane_row;  // this lane's rows inside the sequence
+      // Lanes t and t^1 trade halves so each holds 4 consecutive columns: even t takes row g,
+      // columns 2t..2t+3; odd t takes row g + 8, columns 2t-2..2t+1. All shuffles first, then
+      // all reductions.
+      const bool odd = (t & 1) != 0;
+      float4 values[kQM][kQN];
 #pragma unroll
       for (int m = 0; m < kQM; ++m) {
 #pragma unroll
         for (int n = 0; n < kQN; ++n) {
           const float* c = acc_dq[m][n];
-          // Lanes t and t^1 trade halves: even t takes row g, columns 2t..2t+3; odd t takes row
-          // g + 8, columns 2t-2..2t+1.
-          const bool odd = (t & 1) != 0;
-          const float send0 = odd ? c[0] : c[2], send1 = odd ? c[1] : c[3];
-          const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
-          const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-          const float4 value = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
-          add_to_dq(dq_lane + m * 16 * kHeadDim + n * 8, value, m * 16 < rows_left);
+          const float got0 = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
+          const float got1 = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
+          values[m][n] = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
         }
+      }
+#pragma unroll
+      for (int m = 0; m < kQM; ++m) {
+        float* row = m * 16 < rows_left ? dq_lane + m * 16 * kHeadDim : p.dq_sink + dq_lane_col;
+#pragma unroll
+        for (int n = 0; n < kQN; ++n) add_to_dq(row + n * 8, values[m][n]);
       }
       if (p.deterministic) {
         __threadfence();
@@ -573,7 +570,7 @@ int padded_head_dim(int head_dim) {
 constexpr int kMinBlockM = 32;
 
 struct WorkspaceLayout {
-  std::size_t lse_offset, delta_offset, dq_offset, counters_offset, total;
+  std::size_t lse_offset, delta_offset, dq_offset, sink_offset, counters_offset, total;
 };
 
 WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
@@ -585,7 +582,8 @@ WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   layout.delta_offset = align(rows * heads * sizeof(float));
   layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
   const std::size_t padded = static_cast<std::size_t>(padded_head_dim(problem.head_dim));
-  layout.counters_offset = layout.dq_offset + align(rows * heads * padded * sizeof(float));
+  layout.sink_offset = layout.dq_offset + align(rows * heads * padded * sizeof(float));
+  layout.counters_offset = layout.sink_offset + align(padded * sizeof(float));
   const int query_blocks = (problem.seqlen_q + kMinBlockM - 1) / kMinBlockM;
   const std::size_t counters =
       deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
@@ -723,6 +721,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
   p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
+  p.dq_sink = reinterpret_cast<float*>(bytes + layout.sink_offset);
   p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
 
   if (p.total_rows_q > 0) {
