@@ -146,6 +146,12 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
   // Lane offsets of the ldmatrix row addresses (see kernel_common.cuh for the fragment layouts).
   const int a_row = (lane % 8) + ((lane / 8) % 2) * 8, a_col = (lane / 16) * 8;  // Q, and V transposed
   const int b_row = (lane % 8) + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;  // K
+  // This lane's ldmatrix row addresses in stage 0 at k-step 0; the loop adds compile-time offsets
+  // and the stage's.
+  constexpr int kRowBytes = kStride * 2, kStageBytes = kBlockN * kStride * 2;
+  const std::uint32_t q_lane = shared_address(q_shared) + ((warp_row0 + a_row) * kStride + a_col) * 2;
+  const std::uint32_t k_lane = shared_address(k_shared) + (b_row * kStride + b_col) * 2;
+  const std::uint32_t v_lane = shared_address(v_shared) + (a_row * kStride + a_col) * 2;
 
   // Algorithm 1 lines 6-11: the key blocks, in order.
   for (int n_block = n_begin; n_block < n_end; ++n_block) {
@@ -173,13 +179,12 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
         for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
           for (int ks = 0; ks < kKSteps; ++ks)
-            ldmatrix_x4(q_fragments[mt][ks],
-                        shared_address(q_shared + (warp_row0 + mt * 16 + a_row) * kStride + ks * 16 + a_col));
+            ldmatrix_x4(q_fragments[mt][ks], q_lane + mt * 16 * kRowBytes + ks * 32);
       }
     }
 
     // Line 8: S = Q K_j^T for this warp's rows (fp32 accumulators).
-    const T* k_tile = k_shared + stage * kBlockN * kStride;
+    const std::uint32_t k_tile = k_lane + stage * kStageBytes;
     float acc_s[kMTiles][kNTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -194,13 +199,13 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[mt][i] = q_fragments[mt][ks][i];
         } else {
-          ldmatrix_x4(a[mt], shared_address(q_shared + (warp_row0 + mt * 16 + a_row) * kStride + ks * 16 + a_col));
+          ldmatrix_x4(a[mt], q_lane + mt * 16 * kRowBytes + ks * 32);
         }
       }
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         std::uint32_t b[4];
-        ldmatrix_x4(b, shared_address(k_tile + (np * 16 + b_row) * kStride + ks * 16 + b_col));
+        ldmatrix_x4(b, k_tile + np * 16 * kRowBytes + ks * 32);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_16816<T>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
@@ -286,13 +291,13 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
         p_packed[mt][kk][2] = pack2<T>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
         p_packed[mt][kk][3] = pack2<T>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
       }
-    const T* v_tile = v_shared + stage * kBlockN * kStride;
+    const std::uint32_t v_tile = v_lane + stage * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         std::uint32_t b[4];
-        ldmatrix_x4_trans(b, shared_address(v_tile + (kk * 16 + a_row) * kStride + dp * 16 + a_col));
+        ldmatrix_x4_trans(b, v_tile + kk * 16 * kRowBytes + dp * 32);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_16816<T>(acc_o[mt][2 * dp], p_packed[mt][kk], b[0], b[1]);
