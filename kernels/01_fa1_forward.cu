@@ -300,15 +300,7 @@ void fa1_forward(const Problem& problem, const ForwardArgs& args) {
                                 " is not supported; allowed: [1, 128]");
   }
   require_compute_capability(7, 5, kName);
-  require_tensor(args.q, "q", kName, 2, 1);
-  require_tensor(args.k, "k", kName, 2, 1);
-  require_tensor(args.v, "v", kName, 2, 1);
-  require_tensor(args.o, "o", kName, 2, 1);
-  require_tensor(args.lse, "lse", kName, 4, 1);
-  if (problem.varlen() && (args.cu_seqlens_q == nullptr || args.cu_seqlens_k == nullptr)) {
-    throw std::invalid_argument(std::string(kName) +
-                                ": varlen problem without device cu_seqlens_q / cu_seqlens_k; allowed: both given");
-  }
+  require_forward_args(problem, args, kName, 2, 1);
   const std::size_t workspace_bytes = fa1_forward_workspace_bytes(problem);
   if (args.workspace != nullptr && args.workspace_bytes < workspace_bytes) {
     throw std::invalid_argument(std::string(kName) + ": workspace_bytes = " + std::to_string(args.workspace_bytes) +

@@ -39,15 +39,7 @@ void fa2_forward(const Problem& problem, const ForwardArgs& args) {
   }
   require_compute_capability(8, 0, kName);
   // cp.async moves 16 bytes: pointers 16-byte aligned, strides multiples of 8 elements.
-  require_tensor(args.q, "q", kName, 16, 8);
-  require_tensor(args.k, "k", kName, 16, 8);
-  require_tensor(args.v, "v", kName, 16, 8);
-  require_tensor(args.o, "o", kName, 16, 8);
-  require_tensor(args.lse, "lse", kName, 4, 1);
-  if (problem.varlen() && (args.cu_seqlens_q == nullptr || args.cu_seqlens_k == nullptr)) {
-    throw std::invalid_argument(std::string(kName) +
-                                ": varlen problem without device cu_seqlens_q / cu_seqlens_k; allowed: both given");
-  }
+  require_forward_args(problem, args, kName, 16, 8);
 
   Fa2ForwardParams params{};
   params.q = args.q.data, params.k = args.k.data, params.v = args.v.data, params.o = args.o.data;

@@ -668,9 +668,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
                  {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
   for (const auto& entry : tensors) require_tensor(*entry.tensor, entry.name, kName, 16, 8);
   require_tensor(args.lse, "lse", kName, 4, 1);
-  if (problem.varlen() && (args.cu_seqlens_q == nullptr || args.cu_seqlens_k == nullptr)) {
-    refuse_backward("cu_seqlens_q / cu_seqlens_k are null for a varlen problem; allowed: device copies of the offsets");
-  }
+  require_varlen_offsets(problem, args.cu_seqlens_q, args.cu_seqlens_k, kName);
 
   const bool deterministic = args.deterministic;
   const WorkspaceLayout layout = workspace_layout(problem, deterministic);

@@ -71,6 +71,23 @@ void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const c
   }
 }
 
+void require_varlen_offsets(const Problem& problem, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                            const char* kernel_name) {
+  if (problem.varlen() && (cu_seqlens_q == nullptr || cu_seqlens_k == nullptr)) {
+    refuse(kernel_name, "cu_seqlens_q / cu_seqlens_k are null for a varlen problem; allowed: device copies of the offsets");
+  }
+}
+
+void require_forward_args(const Problem& problem, const ForwardArgs& args, const char* kernel_name,
+                          std::size_t alignment_bytes, int stride_multiple) {
+  require_tensor(args.q, "q", kernel_name, alignment_bytes, stride_multiple);
+  require_tensor(args.k, "k", kernel_name, alignment_bytes, stride_multiple);
+  require_tensor(args.v, "v", kernel_name, alignment_bytes, stride_multiple);
+  require_tensor(args.o, "o", kernel_name, alignment_bytes, stride_multiple);
+  require_tensor(args.lse, "lse", kernel_name, 4, 1);
+  require_varlen_offsets(problem, args.cu_seqlens_q, args.cu_seqlens_k, kernel_name);
+}
+
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
     throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(status));

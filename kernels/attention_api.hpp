@@ -91,6 +91,14 @@ void require_compute_capability(int major, int minor, const char* kernel_name);
 // Non-null data, alignment to `alignment_bytes`, strides multiples of `stride_multiple` elements.
 void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const char* kernel_name,
                     std::size_t alignment_bytes, int stride_multiple);
+// The tensors every forward kernel reads and writes: require_tensor on q, k, v and o (with
+// `alignment_bytes` and `stride_multiple`) and on lse (4 bytes, 1), and the device cu_seqlens
+// arrays of a varlen problem.
+void require_forward_args(const Problem& problem, const ForwardArgs& args, const char* kernel_name,
+                          std::size_t alignment_bytes, int stride_multiple);
+// Device copies of the cu_seqlens arrays when the problem is varlen.
+void require_varlen_offsets(const Problem& problem, const int* cu_seqlens_q, const int* cu_seqlens_k,
+                            const char* kernel_name);
 // Throws std::runtime_error naming the kernel if a CUDA call failed (cudaGetLastError after launch).
 void check_cuda(cudaError_t status, const char* what);
 
