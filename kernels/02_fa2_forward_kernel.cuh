@@ -236,30 +236,43 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
     }
 
     // Lines 9-10: the online softmax in base 2, scale folded into one FFMA; the running sum
-    // stays per thread until the end (the quad reduces it once).
+    // stays per thread until the end (the quad reduces it once). Every row's max and sum is a
+    // balanced tree over its scores and all rows go through each phase together, so no long
+    // chain of dependent instructions stalls the two warps a scheduler has.
+    float block_max[kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float partial[kNTiles];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) partial[nt] = fmaxf(acc_s[mt][nt][2 * r], acc_s[mt][nt][2 * r + 1]);
+        block_max[mt][r] = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
+      }
+#pragma unroll
+    for (int lanes = 1; lanes <= 2; lanes *= 2)
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) block_max[mt][r] = fmaxf(block_max[mt][r], __shfl_xor_sync(0xffffffffu, block_max[mt][r], lanes));
     float corrections[kMTiles][2];
     bool any_correction = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float block_max = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) block_max = fmaxf(block_max, fmaxf(acc_s[mt][nt][2 * r], acc_s[mt][nt][2 * r + 1]));
-        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
-        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-        const float new_max = fmaxf(row_max[mt][r], block_max * p.scale_log2);
+        const float new_max = fmaxf(row_max[mt][r], block_max[mt][r] * p.scale_log2);
         const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
         const float correction = exp2f(row_max[mt][r] - subtract);
         row_max[mt][r] = new_max;
-        float sum = 0.f;
+        float partial[kNTiles];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
           acc_s[mt][nt][2 * r] = exp2f(fmaf(acc_s[mt][nt][2 * r], p.scale_log2, -subtract));
           acc_s[mt][nt][2 * r + 1] = exp2f(fmaf(acc_s[mt][nt][2 * r + 1], p.scale_log2, -subtract));
-          sum += acc_s[mt][nt][2 * r] + acc_s[mt][nt][2 * r + 1];
+          partial[nt] = acc_s[mt][nt][2 * r] + acc_s[mt][nt][2 * r + 1];
         }
-        row_sum[mt][r] = row_sum[mt][r] * correction + sum;
+        row_sum[mt][r] = row_sum[mt][r] * correction + tree_reduce(partial, [](float a, float b) { return a + b; });
         corrections[mt][r] = correction;
         any_correction = any_correction || correction != 1.f;
       }

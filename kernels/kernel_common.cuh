@@ -182,6 +182,20 @@ __device__ __forceinline__ void load_tile_async(T* shared, const T* global, std:
   }
 }
 
+// op over the kCount values as a balanced tree (depth log2 kCount instead of a chain of kCount).
+template <int kCount, typename Op>
+__device__ __forceinline__ float tree_reduce(const float (&values)[kCount], const Op& op) {
+  static_assert((kCount & (kCount - 1)) == 0, "a power of two of values");
+  if constexpr (kCount == 1) {
+    return values[0];
+  } else {
+    float halves[kCount / 2];
+#pragma unroll
+    for (int i = 0; i < kCount / 2; ++i) halves[i] = op(values[i], values[i + kCount / 2]);
+    return tree_reduce(halves, op);
+  }
+}
+
 // acc[m][n] += A_m B_n over kSteps k16 steps, for kM row tiles (m16) and kN column tiles (n8) of
 // one warp. load_a(fragment, k, m) and load_b(fragment, k, n_pair) fetch one A tile and two B tiles
 // (one ldmatrix x4 each); the fragments of step k + 1 are fetched while the MMAs of step k run
