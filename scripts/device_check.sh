@@ -68,10 +68,11 @@ step_sanitize() {
 }
 step_ncu_bwd() {
   # Our FA2 backward's main kernel next to SDPA flash's backward kernel on the same shape (bf16,
-  # batch 4, 16 heads, seqlen 4096, d = 128, non-causal): Nsight Compute's full set for each,
-  # the details pages as text and the stall reasons per SASS line of ours.
+  # batch 4, 2048 / d heads, seqlen 4096, d = NCU_BWD_HDIM or 128, non-causal): Nsight Compute's
+  # full set for each, the details pages as text and the stall reasons per SASS line of ours.
+  local d=${NCU_BWD_HDIM:-128}
   ncu --clock-control none --kernel-name regex:backward_main --launch-skip 2 --launch-count 1 --set full \
-    --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims 128 \
+    --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims $d \
     --seqlens 4096 >"$OUT/ncu_bwd_ours.log" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page details >"$OUT/ncu_bwd_ours.txt" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_bwd_ours_sass.csv" 2>&1
@@ -79,7 +80,7 @@ step_ncu_bwd() {
     -o "$OUT/ncu_bwd_sdpa" -f python3 -c "
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-q, k, v = (torch.randn(4, 16, 4096, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+q, k, v = (torch.randn(4, 2048 // $d, 4096, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 for _ in range(4):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
