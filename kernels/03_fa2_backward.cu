@@ -284,10 +284,10 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
                           (seq.position_k + key_begin) * p.k_row + static_cast<std::int64_t>(head_kv) * p.k_head;
   const Element* v_base = static_cast<const Element*>(p.v) + seq.batch_k * p.v_batch +
                           (seq.position_k + key_begin) * p.v_row + static_cast<std::int64_t>(head_kv) * p.v_head;
-  using Shared = Element*;
-  load_tile_async<Element, kHeadDim, kBlockN, kThreads, T::kStride>(Shared(smem_raw + T::kKOffset), k_base, p.k_row,
+  auto shared_tile = [&](int offset) { return reinterpret_cast<Element*>(smem_raw + offset); };
+  load_tile_async<Element, kHeadDim, kBlockN, kThreads, T::kStride>(shared_tile(T::kKOffset), k_base, p.k_row,
                                                                     key_end - key_begin, p.head_dim);
-  load_tile_async<Element, kHeadDim, kBlockN, kThreads, T::kStride>(Shared(smem_raw + T::kVOffset), v_base, p.v_row,
+  load_tile_async<Element, kHeadDim, kBlockN, kThreads, T::kStride>(shared_tile(T::kVOffset), v_base, p.v_row,
                                                                     key_end - key_begin, p.head_dim);
   cp_async_commit();
 
@@ -300,9 +300,9 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
     const Element* do_src = static_cast<const Element*>(p.d_o) + seq.batch_q * p.do_batch +
                             (seq.position_q + query_begin) * p.do_row + static_cast<std::int64_t>(head_q) * p.do_head;
     const int stage_offset = stage * T::kQBytes;
-    load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(Shared(smem_raw + T::kQOffset + stage_offset), q_src,
+    load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(shared_tile(T::kQOffset + stage_offset), q_src,
                                                                       p.q_row, seq.seqlen_q - query_begin, p.head_dim);
-    load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(Shared(smem_raw + T::kdOOffset + stage_offset), do_src,
+    load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(shared_tile(T::kdOOffset + stage_offset), do_src,
                                                                       p.do_row, seq.seqlen_q - query_begin, p.head_dim);
     const std::int64_t rows = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin;
     for (int row = tid; row < kBlockM; row += kThreads) {
