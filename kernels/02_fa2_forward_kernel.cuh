@@ -60,7 +60,6 @@ struct Fa2Tile {
   static constexpr int kSharedBytes = (kBlockM + 2 * kStages * kBlockN) * kRowStride * 2;
 };
 
-
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward_kernel(const Fa2ForwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
