@@ -38,6 +38,12 @@ struct Mask {
   CausalAlignment alignment = CausalAlignment::bottom_right;
   int window_left = -1;   // -1: unbounded on the left
   int window_right = -1;  // -1: unbounded on the right (causal implies 0)
+
+  // The right bound with causal folded in: min(window_right, 0) when causal, -1 when unbounded.
+  int effective_window_right() const {
+    if (!causal) return window_right;
+    return window_right >= 0 ? std::min(0, window_right) : 0;
+  }
 };
 
 // A block mask with its own granularity, shared by every batch and head: block (r, c) covers
@@ -160,7 +166,7 @@ inline bool HeadProblem::key_visible_ignoring_sparsity(int row, int col) const {
 inline std::pair<int, int> HeadProblem::visible_key_range(int row_begin, int row_end) const {
   int first = 0, last = seqlen_k;
   const int offset = diagonal_offset();
-  const int right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+  const int right = mask.effective_window_right();
   if (right >= 0) last = std::min(last, row_end - 1 + offset + right + 1);
   if (mask.window_left >= 0) first = std::max(first, row_begin + offset - mask.window_left);
   return {std::clamp(first, 0, seqlen_k), std::clamp(last, 0, seqlen_k)};

@@ -324,8 +324,7 @@ void fa1_forward(const Problem& problem, const ForwardArgs& args) {
   params.scale_log2 = static_cast<float>(problem.scale() * M_LOG2E);
   params.bottom_right = problem.mask.alignment == CausalAlignment::bottom_right ? 1 : 0;
   params.window_left = problem.mask.window_left;
-  params.window_right = problem.mask.window_right;
-  if (problem.mask.causal) params.window_right = problem.mask.window_right >= 0 ? std::min(0, problem.mask.window_right) : 0;
+  params.window_right = problem.mask.effective_window_right();
   bool vector_loads = problem.head_dim % 8 == 0;
   for (const DeviceTensor* tensor : {&args.q, &args.k, &args.v}) {
     vector_loads = vector_loads && aligned16(tensor->data) && tensor->row_stride % 8 == 0 &&

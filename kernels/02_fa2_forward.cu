@@ -58,8 +58,7 @@ void fa2_forward(const Problem& problem, const ForwardArgs& args) {
   params.scale_log2 = static_cast<float>(problem.scale() * M_LOG2E);
   params.bottom_right = problem.mask.alignment == CausalAlignment::bottom_right ? 1 : 0;
   params.window_left = problem.mask.window_left;
-  params.window_right = problem.mask.window_right;
-  if (problem.mask.causal) params.window_right = problem.mask.window_right >= 0 ? std::min(0, problem.mask.window_right) : 0;
+  params.window_right = problem.mask.effective_window_right();
   params.reverse_blocks = problem.mask.causal ? 1 : 0;
 
   const int padded_head_dim = (problem.head_dim + 31) / 32 * 32;

@@ -566,7 +566,8 @@ int padded_head_dim(int head_dim) {
   return (head_dim + 31) / 32 * 32;
 }
 
-// The smallest query block of any tiling: sizes the deterministic counters.
+// At most the query block of every tiling (they use 64 or 128 rows): sizes the deterministic
+// counters, one per block of this many rows.
 constexpr int kMinBlockM = 32;
 
 struct WorkspaceLayout {
@@ -713,7 +714,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.scale_log2 = static_cast<float>(problem.scale() * 1.4426950408889634);
   const Mask& mask = problem.mask;
   p.window_left = mask.window_left;
-  p.window_right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+  p.window_right = mask.effective_window_right();
   p.bottom_right = mask.alignment == CausalAlignment::bottom_right ? 1 : 0;
   p.deterministic = deterministic;
   p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);

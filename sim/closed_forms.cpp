@@ -49,7 +49,7 @@ struct Head {
     const std::int64_t offset = mask.alignment == CausalAlignment::bottom_right ? nk - nq : 0;
     std::int64_t low = r0, high = r1 - 1;
     const bool right_bounded = mask.causal || mask.window_right >= 0;
-    const std::int64_t right = mask.causal ? (mask.window_right >= 0 ? std::min(0, mask.window_right) : 0) : mask.window_right;
+    const std::int64_t right = mask.effective_window_right();
     if (right_bounded) low = std::max(low, c0 - offset - right);                             // i + offset + right >= c0
     if (mask.window_left >= 0) high = std::min(high, c1 - 1 - offset + mask.window_left);  // i + offset - left <= c1 - 1
     if (low > high) return false;
