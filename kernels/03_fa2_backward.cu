@@ -201,6 +201,17 @@ __global__ void __launch_bounds__(256) backward_convert_dq_kernel(BackwardParams
 #endif
 }
 
+// One 16-row tile of a warp's packed pairs in the mma C-fragment layout (kSN column tiles of 8)
+// written to a row-major shared tile with stmatrix (sm_90; four 8x8 matrices per instruction);
+// `lane_address` is this lane's row address, as for an ldmatrix A operand.
+template <int kSN>
+__device__ __forceinline__ void stmatrix_pair_rows(const std::uint32_t (&pairs)[kSN][2], std::uint32_t lane_address) {
+#pragma unroll
+  for (int n = 0; n < kSN / 2; ++n) {
+    device::stmatrix_x4(lane_address + n * 32, pairs[2 * n][0], pairs[2 * n][1], pairs[2 * n + 1][0], pairs[2 * n + 1][1]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: the main loop. kHeadDim is head_dim rounded up to a multiple of 32 (the extra columns
 // are zero-filled in shared memory and never stored); kBlockN keys per thread block (K_j, V_j),
@@ -222,6 +233,9 @@ struct BackwardTiling {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStride = kHeadDim + 8;  // padded rows: ldmatrix without bank conflicts
   static constexpr int kPStride = kBlockN + 8;
+  // P and dS stored with stmatrix (sm_90) where the registers allow: at d = 128 its row address
+  // register makes the loop spill.
+  static constexpr bool kStmatrix = kHeadDim <= 64;
   // S and dP.
   static constexpr int kSWarpsM = kBlockM / 32, kSWarpsN = kWarps / kSWarpsM;
   static constexpr int kSRows = 32, kSCols = kBlockN / kSWarpsN;
@@ -254,6 +268,11 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   using T = Tiling;
   constexpr int kHeadDim = T::kHeadDim, kBlockN = T::kBlockN, kBlockM = T::kBlockM, kThreads = T::kThreads;
   constexpr int kRowBytes = T::kStride * 2, kPRowBytes = T::kPStride * 2;  // bytes per shared row
+#if __CUDA_ARCH__ >= 900
+  constexpr bool kStmatrix = T::kStmatrix;
+#else
+  constexpr bool kStmatrix = false;
+#endif
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const std::uint32_t smem = shared_address(smem_raw);
@@ -341,6 +360,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   const std::uint32_t q_b = smem + T::kKOffset + (bt_k * T::kStride + q_col0 + bt_n) * 2;     // K
   // This lane's first element of P (and dS) in the S-grid layout.
   unsigned char* p_store = smem_raw + T::kPOffset + ((s_row0 + g) * T::kPStride + s_col0 + 2 * t) * 2;
+  const std::uint32_t p_stmatrix = smem + T::kPOffset + ((s_row0 + a_m) * T::kPStride + s_col0 + a_k) * 2;
   // This lane's dQ accumulator element (row, 4 columns) after the pairing below.
   const int dq_lane_row = q_row0 + g + ((t & 1) ? 8 : 0), dq_lane_col = q_col0 + 2 * (t & ~1);
 
@@ -418,9 +438,12 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
             const float p0 = exp2f(fmaf(acc_s[m][n][2 * half], p.scale_log2, -lse));
             const float p1 = exp2f(fmaf(acc_s[m][n][2 * half + 1], p.scale_log2, -lse));
             p_pairs[m][n][half] = pack2<Element>(p0, p1);
-            *reinterpret_cast<std::uint32_t*>(p_store + (m * 16 + 8 * half) * kPRowBytes + n * 16) = p_pairs[m][n][half];
+            if constexpr (!kStmatrix) {
+              *reinterpret_cast<std::uint32_t*>(p_store + (m * 16 + 8 * half) * kPRowBytes + n * 16) = p_pairs[m][n][half];
+            }
           }
         }
+        if constexpr (kStmatrix) stmatrix_pair_rows(p_pairs[m], p_stmatrix + m * 16 * kPRowBytes);
       }
     }
 
@@ -437,6 +460,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
           });
 #pragma unroll
       for (int m = 0; m < kSM; ++m) {
+        std::uint32_t ds_pairs[kSN][2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const float delta = delta_rows[m * 16 + 8 * half];
@@ -445,10 +469,14 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
             const float2 prob = unpack2<Element>(p_pairs[m][n][half]);
             const float ds0 = prob.x * (acc_dp[m][n][2 * half] - delta);
             const float ds1 = prob.y * (acc_dp[m][n][2 * half + 1] - delta);
-            *reinterpret_cast<std::uint32_t*>(p_store + T::kPBytes + (m * 16 + 8 * half) * kPRowBytes + n * 16) =
-                pack2<Element>(ds0, ds1);
+            ds_pairs[n][half] = pack2<Element>(ds0, ds1);
+            if constexpr (!kStmatrix) {
+              *reinterpret_cast<std::uint32_t*>(p_store + T::kPBytes + (m * 16 + 8 * half) * kPRowBytes + n * 16) =
+                  ds_pairs[n][half];
+            }
           }
         }
+        if constexpr (kStmatrix) stmatrix_pair_rows(ds_pairs, p_stmatrix + T::kPBytes + m * 16 * kPRowBytes);
       }
     }
     __syncthreads();  // P and dS complete in shared memory

@@ -117,6 +117,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
 #endif
 }
 
+// The inverse of ldmatrix_x4 (sm_90): four 8x8 matrices of 16-bit elements written to shared
+// memory; lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each (the mma C-fragment
+// layout, packed), lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t address, std::uint32_t r0, std::uint32_t r1, std::uint32_t r2,
+                                            std::uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(address), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+#else
+  (void)address, (void)r0, (void)r1, (void)r2, (void)r3;
+#endif
+}
+
 // 16 bytes global -> shared without registers (sm_80); valid == false writes 16 zero bytes.
 __device__ __forceinline__ void cp_async_16(std::uint32_t shared_dst, const void* global_src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
