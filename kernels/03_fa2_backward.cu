@@ -2,18 +2,23 @@
 // m16n8k16, ldmatrix, cp.async double buffering), sm_80 and newer, bf16 and fp16.
 //
 // Three kernels, in order on one stream:
-//   1. preprocess: D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4), LSE rescaled to base 2, and the
-//      fp32 dQ accumulator zeroed.
+//   1. preprocess: D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4) and LSE rescaled to base 2 (the
+//      fp32 dQ accumulator is zeroed by a memset before it).
 //   2. main: one thread block per (key block j, KV head, batch). K_j and V_j stay in shared memory
 //      (line 6); dK_j and dV_j accumulate in registers (line 7) over every query block i of every
 //      query head of the KV head's group (GQA/MQA sum over the group here, in registers). Per query
 //      block (lines 8-20): S = Q_i K_j^T is recomputed and P = exp2(S * scale * log2(e) - LSE *
 //      log2(e)) written to shared memory; dP = dO_i V_j^T and dS = P o (dP - D_i) likewise; then
 //      dV_j += P^T dO_i, dQ_i += dS K_j (added to an fp32 accumulator in HBM with atomics, issued
-//      before the last GEMM so they drain under it) and dK_j += dS^T Q_i. Blocks that the causal or
+//      before the last GEMM so they drain under it) and dK_j += dS^T Q_i. The accumulator keeps
+//      each query block's dQ tile in the order of the mma fragments (see dq_tile_offset), so each
+//      thread adds 16 contiguous bytes per fragment with no shuffles and no per-row addresses; on
+//      sm_90, where shared memory allows, each warp stages its fragments in shared memory and adds
+//      them with one bulk asynchronous reduction (cp.reduce.async.bulk) instead. Blocks that the causal or
 //      window mask hides entirely are skipped (never loaded); only blocks that straddle the mask
 //      boundary or the sequence ends are masked element by element.
-//   3. convert: dQ = scale * accumulator, rounded to the dtype (line 21's dQ written out).
+//   3. convert: dQ = scale * accumulator, rounded to the dtype, back in row order (line 21's dQ
+//      written out).
 //
 // Each of the five GEMMs has its own warp grid (see BackwardTiling), with 32-row warp tiles so
 // every fragment loaded from shared memory feeds several mma instructions; P and dS pass through
@@ -47,6 +52,9 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMaxSupportedHeadDim = 256;
+// Rows of padding after each sequence in the dQ accumulator (at least every tiling's query block),
+// so the last, partial query block of a sequence adds its whole tile without a bounds test.
+constexpr int kDqRowPadding = 128;
 
 // Everything the three kernels read, resolved on the host. Strides are in elements.
 struct BackwardParams {
@@ -84,15 +92,16 @@ struct BackwardParams {
   // Workspace.
   float* lse_log2;    // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
   float* delta;       // [heads_q][total_rows_q]: D = rowsum(dO * O)
-  float* dq_accum;    // [heads_q][total_rows_q][padded_head_dim]
-  float* dq_sink;     // [padded_head_dim]: where rows past a sequence's end add their zeros
+  float* dq_accum;    // [heads_q][dq_rows][padded_head_dim], query blocks in tile order
+  std::int64_t dq_rows;  // total_rows_q + kDqRowPadding * batch: each sequence's rows padded
   int* dq_counters;   // [batch][heads_q][query_blocks] (deterministic mode)
 };
 
 // Sequence b's extent: length and the offsets of its first row in the tensors and the workspace.
 struct SequenceView {
   int seqlen_q, seqlen_k;
-  std::int64_t workspace_row_q;  // first row of the sequence in the workspace arrays
+  std::int64_t workspace_row_q;  // first row of the sequence in the LSE and D arrays
+  std::int64_t dq_row_q;         // first row of the sequence in the dQ accumulator
   std::int64_t position_q, position_k;  // first position (packed row for varlen)
   std::int64_t batch_q, batch_k;        // batch index multiplying batch strides (0 for varlen)
 };
@@ -114,6 +123,7 @@ struct SequenceView {
     s.position_q = s.position_k = 0;
     s.batch_q = s.batch_k = b;
   }
+  s.dq_row_q = s.workspace_row_q + static_cast<std::int64_t>(kDqRowPadding) * b;
   return s;
 }
 
@@ -144,10 +154,6 @@ __global__ void __launch_bounds__(256) backward_preprocess_kernel(BackwardParams
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum += to_float(oe[e]) * to_float(de[e]);
     }
-    float* accum = p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.padded_head_dim;
-    for (int col = lane * 4; col < p.padded_head_dim; col += kLanesPerRow * 4) {
-      *reinterpret_cast<float4*>(accum + col) = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
   }
 #pragma unroll
   for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -160,29 +166,6 @@ __global__ void __launch_bounds__(256) backward_preprocess_kernel(BackwardParams
     // A row that sees no key has LSE = -inf; +inf here makes every P of that row exactly 0.
     p.lse_log2[index] = (lse == -INFINITY) ? INFINITY : lse * kLog2e;
   }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Kernel 3: dQ = scale * accumulator, rounded to the dtype (4 columns per thread).
-template <typename Element>
-__global__ void __launch_bounds__(256) backward_convert_dq_kernel(BackwardParams p) {
-  const std::int64_t quad = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int quads_per_row = p.head_dim / 4;
-  const std::int64_t total = static_cast<std::int64_t>(p.total_rows_q) * p.heads_q * quads_per_row;
-  if (quad >= total) return;
-  const int col = static_cast<int>(quad % quads_per_row) * 4;
-  const std::int64_t row_head = quad / quads_per_row;
-  const int head = static_cast<int>(row_head % p.heads_q);
-  const int row = static_cast<int>(row_head / p.heads_q);
-  const float4 value = *reinterpret_cast<const float4*>(
-      p.dq_accum + (static_cast<std::int64_t>(head) * p.total_rows_q + row) * p.padded_head_dim + col);
-  std::int64_t batch = 0, position = row;
-  if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
-  auto* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch + position * p.dq_row + head * p.dq_head + col;
-  uint2 packed;
-  packed.x = device::pack2<Element>(value.x * p.scale, value.y * p.scale);
-  packed.y = device::pack2<Element>(value.z * p.scale, value.w * p.scale);
-  *reinterpret_cast<uint2*>(dq) = packed;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -246,6 +229,7 @@ struct BackwardTiling {
   static constexpr int kQRows = (kHeadDim / (kWarps / (kBlockM / 32))) % 16 == 0 ? 32 : 16;
   static constexpr int kQWarpsM = kBlockM / kQRows, kQWarpsD = kWarps / kQWarpsM;
   static constexpr int kQCols = kHeadDim / kQWarpsD;
+  static constexpr int kQM = kQRows / 16, kQN = kQCols / 8;  // mma tiles per warp
   static_assert(kSRows % 16 == 0 && kKvRows % 16 == 0 && kQRows % 16 == 0, "row tiles of 16");
   static_assert(kSWarpsM * kSWarpsN == kWarps && kSCols % 16 == 0, "S warp grid");
   static_assert(kKvWarpsN * kKvWarpsD == kWarps && kKvCols % 16 == 0, "dK/dV warp grid");
@@ -259,7 +243,27 @@ struct BackwardTiling {
   static constexpr int kdOOffset = kQOffset + 2 * kQBytes, kPOffset = kdOOffset + 2 * kQBytes;
   static constexpr int kdSOffset = kPOffset + kPBytes, kRowsOffset = kdSOffset + kPBytes;
   static constexpr std::size_t kSmemBytes = kRowsOffset + 4 * kBlockM * sizeof(float);
+  // The dQ accumulator's tile order: query block i's kBlockM x kHeadDim tile is stored as the
+  // warps' mma C fragments, fragment (warp, m, n) at ((warp * kQM + m) * kQN + n) * 128 floats and
+  // lane l's four values (rows g and g + 8, columns 2t and 2t + 1) at 4 l within it.
+  static constexpr int kDqWarpFloats = kQM * kQN * 128;
+  static_assert(kBlockM <= kDqRowPadding, "a sequence's last query block must fit its padding");
+  // sm_90: each warp's fragments staged in shared memory for one bulk reduction, where the tile
+  // fits next to the rest (up to d = 128).
+  static constexpr std::size_t kDqStageOffset = kSmemBytes;
+  static constexpr std::size_t kDqStageBytes = static_cast<std::size_t>(kBlockM) * kHeadDim * sizeof(float);
+  static constexpr bool kBulkDq = kSmemBytes + kDqStageBytes <= 227 * 1024;
+  static constexpr std::size_t smem_bytes(bool bulk_dq) { return kSmemBytes + (bulk_dq ? kDqStageBytes : 0); }
 };
+
+// Row r, column c of a query block's dQ tile -> its offset in the tile order (floats).
+template <typename T>
+__host__ __device__ constexpr int dq_tile_offset(int r, int c) {
+  const int warp = r / T::kQRows + (c / T::kQCols) * T::kQWarpsM;
+  const int m = (r % T::kQRows) / 16, n = (c % T::kQCols) / 8;
+  const int g = r % 8, half = (r % 16) / 8, t = (c % 8) / 2, e = c % 2;
+  return ((warp * T::kQM + m) * T::kQN + n) * 128 + (4 * g + t) * 4 + 2 * half + e;
+}
 
 template <typename Element, typename Tiling>
 __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(const BackwardParams p) {
@@ -361,12 +365,18 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   // This lane's first element of P (and dS) in the S-grid layout.
   unsigned char* p_store = smem_raw + T::kPOffset + ((s_row0 + g) * T::kPStride + s_col0 + 2 * t) * 2;
   const std::uint32_t p_stmatrix = smem + T::kPOffset + ((s_row0 + a_m) * T::kPStride + s_col0 + a_k) * 2;
-  // This lane's dQ accumulator element (row, 4 columns) after the pairing below.
-  const int dq_lane_row = q_row0 + g + ((t & 1) ? 8 : 0), dq_lane_col = q_col0 + 2 * (t & ~1);
+  // This lane's first dQ value in a query block's tile (tile order) and in the staging tile.
+  const int dq_lane_offset = warp * T::kDqWarpFloats + lane * 4;
+#if __CUDA_ARCH__ >= 900
+  constexpr bool kBulkDq = T::kBulkDq;
+#else
+  constexpr bool kBulkDq = false;
+#endif
+  const std::uint32_t dq_stage_warp = smem + T::kDqStageOffset + warp * T::kDqWarpFloats * 4;
 
   constexpr int kSM = T::kSRows / 16, kSN = T::kSCols / 8;
   constexpr int kKvM = T::kKvRows / 16, kKvN = T::kKvCols / 8;
-  constexpr int kQM = T::kQRows / 16, kQN = T::kQCols / 8;
+  constexpr int kQM = T::kQM, kQN = T::kQN;
 
   float acc_dk[kKvM][kKvN][4], acc_dv[kKvM][kKvN][4];
 #pragma unroll
@@ -489,61 +499,63 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
         });
 
     // ---- dQ_i += dS K_j (line 20): kQRows x kQCols per warp, added to the fp32 accumulator in
-    // HBM with 16-byte reductions after pairing lanes so each holds 4 consecutive columns.
+    // HBM: the tile order keeps each lane's 4 values of a fragment in 16 contiguous bytes.
     {
       float acc_dq[kQM][kQN][4] = {};
       warp_mma_pipelined<Element, kBlockN / 16, kQM, kQN>(
           acc_dq, [&](std::uint32_t(&a)[4], int k, int m) { ldmatrix_x4(a, q_a + m * 16 * kPRowBytes + k * 32); },
           [&](std::uint32_t(&b)[4], int k, int n) { ldmatrix_x4_trans(b, q_b + k * 16 * kRowBytes + n * 32); });
-
-      // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
-      int* counter = nullptr;
-      int turn = 0;
-      if (p.deterministic) {
-        const int first_key = mask.first_key(query_begin);
-        turn = key_block - first_key / kBlockN;
-        counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
-        if (tid == 0) {
-          int seen;
-          do {
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-          } while (seen != turn);
+      // Query block i's tile (rows past the sequence's end land in its padding, never read).
+      float* dq_tile = p.dq_accum + (static_cast<std::int64_t>(head_q) * p.dq_rows + seq.dq_row_q + query_begin) * kHeadDim;
+      if (kBulkDq && !p.deterministic) {
+        // Stage this warp's fragments (the previous reduction has read them by now: waited for
+        // below), then lane 0 adds them to HBM with one asynchronous bulk reduction.
+        if (lane == 0) bulk_wait_read();
+        __syncwarp();
+#pragma unroll
+        for (int m = 0; m < kQM; ++m) {
+#pragma unroll
+          for (int n = 0; n < kQN; ++n) {
+            const float* c = acc_dq[m][n];
+            st_shared_v4(dq_stage_warp + ((m * kQN + n) * 128 + lane * 4) * 4, c[0], c[1], c[2], c[3]);
+          }
         }
-        __syncthreads();
-      }
-      // The accumulator rows are padded_head_dim = kHeadDim long: every offset below but the row
-      // base is a compile-time constant, and the padded columns (zero) need no test. Rows past the
-      // sequence's end (last query block only) go to a sink row of the workspace instead, so the
-      // reductions need no branch.
-      float* dq_lane = p.dq_accum +
-                       (static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.workspace_row_q + query_begin) * kHeadDim +
-                       dq_lane_row * kHeadDim + dq_lane_col;
-      const int rows_left = seq.seqlen_q - query_begin - dq_lane_row;  // this lane's rows inside the sequence
-      // Lanes t and t^1 trade halves so each holds 4 consecutive columns: even t takes row g,
-      // columns 2t..2t+3; odd t takes row g + 8, columns 2t-2..2t+1. All shuffles first, then
-      // all reductions.
-      const bool odd = (t & 1) != 0;
-      float4 values[kQM][kQN];
-#pragma unroll
-      for (int m = 0; m < kQM; ++m) {
-#pragma unroll
-        for (int n = 0; n < kQN; ++n) {
-          const float* c = acc_dq[m][n];
-          const float got0 = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
-          const float got1 = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
-          values[m][n] = odd ? make_float4(got0, got1, c[2], c[3]) : make_float4(c[0], c[1], got0, got1);
+        fence_proxy_async_shared();  // the staged values, visible to the bulk copy
+        __syncwarp();
+        if (lane == 0) {
+          bulk_reduce_add_f32(dq_tile + warp * T::kDqWarpFloats, dq_stage_warp, T::kDqWarpFloats * 4);
+          bulk_commit();
         }
-      }
+      } else {
+        // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
+        int* counter = nullptr;
+        int turn = 0;
+        if (p.deterministic) {
+          const int first_key = mask.first_key(query_begin);
+          turn = key_block - first_key / kBlockN;
+          counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
+          if (tid == 0) {
+            int seen;
+            do {
+              asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+            } while (seen != turn);
+          }
+          __syncthreads();
+        }
+        float* dq_lane = dq_tile + dq_lane_offset;
 #pragma unroll
-      for (int m = 0; m < kQM; ++m) {
-        float* row = m * 16 < rows_left ? dq_lane + m * 16 * kHeadDim : p.dq_sink + dq_lane_col;
+        for (int m = 0; m < kQM; ++m) {
 #pragma unroll
-        for (int n = 0; n < kQN; ++n) add_to_dq(row + n * 8, values[m][n]);
-      }
-      if (p.deterministic) {
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+          for (int n = 0; n < kQN; ++n) {
+            const float* c = acc_dq[m][n];
+            add_to_dq(dq_lane + (m * kQN + n) * 128, make_float4(c[0], c[1], c[2], c[3]));
+          }
+        }
+        if (p.deterministic) {
+          __threadfence();
+          __syncthreads();
+          if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+        }
       }
     }
 
@@ -554,6 +566,9 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
         [&](std::uint32_t(&b)[4], int k, int n) { ldmatrix_x4_trans(b, kv_b + stage_offset + k * 16 * kRowBytes + n * 32); });
     query_block = next_block, head_q = next_head;
   }
+
+  // The staging tile must outlive the last bulk reduction's reads.
+  if (kBulkDq && lane == 0) bulk_wait_read();
 
   // ---- Write dK_j (scaled: S = scale * Q K^T) and dV_j (line 23).
   Element* dk_base = static_cast<Element*>(p.dk) + seq.batch_k * p.dk_batch + (seq.position_k + key_begin) * p.dk_row +
@@ -584,6 +599,40 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
 }
 
 // ---------------------------------------------------------------------------------------------
+// Kernel 3: dQ = scale * accumulator, rounded to the dtype, back from the tile order to rows. One
+// thread block per (query block, head, batch); each thread reads one fragment's 4 values (16
+// contiguous bytes) and writes its two row pairs.
+template <typename Element, typename Tiling>
+__global__ void __launch_bounds__(256) backward_convert_dq_kernel(const BackwardParams p) {
+  using T = Tiling;
+  const int query_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const SequenceView seq = sequence_view(p, b);
+  const int query_begin = query_block * T::kBlockM;
+  if (query_begin >= seq.seqlen_q) return;
+  const float* tile =
+      p.dq_accum + (static_cast<std::int64_t>(head) * p.dq_rows + seq.dq_row_q + query_begin) * T::kHeadDim;
+  auto* dq = static_cast<Element*>(p.dq) + seq.batch_q * p.dq_batch + (seq.position_q + query_begin) * p.dq_row +
+             static_cast<std::int64_t>(head) * p.dq_head;
+  for (int index = threadIdx.x; index < T::kBlockM * T::kHeadDim / 4; index += blockDim.x) {
+    // index = fragment * 32 + lane, fragment = (warp * kQM + m) * kQN + n (as dq_tile_offset).
+    const int lane = index % 32, fragment = index / 32;
+    const int warp = fragment / (T::kQM * T::kQN), m = fragment / T::kQN % T::kQM, n = fragment % T::kQN;
+    const int row = (warp % T::kQWarpsM) * T::kQRows + m * 16 + lane / 4;
+    const int col = (warp / T::kQWarpsM) * T::kQCols + n * 8 + 2 * (lane % 4);
+    if (col >= p.head_dim) continue;
+    const float4 value = *reinterpret_cast<const float4*>(tile + 4 * index);
+    if (query_begin + row < seq.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(dq + row * p.dq_row + col) =
+          device::pack2<Element>(value.x * p.scale, value.y * p.scale);
+    }
+    if (query_begin + row + 8 < seq.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(dq + (row + 8) * p.dq_row + col) =
+          device::pack2<Element>(value.z * p.scale, value.w * p.scale);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side.
 
 // The head dims the kernel is instantiated for (a head_dim is padded up to the next one; the padded
@@ -599,7 +648,8 @@ int padded_head_dim(int head_dim) {
 constexpr int kMinBlockM = 32;
 
 struct WorkspaceLayout {
-  std::size_t lse_offset, delta_offset, dq_offset, sink_offset, counters_offset, total;
+  std::size_t lse_offset, delta_offset, dq_offset, counters_offset, total;
+  std::int64_t dq_rows;  // rows per head of the dQ accumulator
 };
 
 WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
@@ -611,8 +661,9 @@ WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   layout.delta_offset = align(rows * heads * sizeof(float));
   layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
   const std::size_t padded = static_cast<std::size_t>(padded_head_dim(problem.head_dim));
-  layout.sink_offset = layout.dq_offset + align(rows * heads * padded * sizeof(float));
-  layout.counters_offset = layout.sink_offset + align(padded * sizeof(float));
+  layout.dq_rows = problem.total_rows_q() + static_cast<std::int64_t>(kDqRowPadding) * problem.batch;
+  layout.counters_offset =
+      layout.dq_offset + align(static_cast<std::size_t>(layout.dq_rows) * heads * padded * sizeof(float));
   const int query_blocks = (problem.seqlen_q + kMinBlockM - 1) / kMinBlockM;
   const std::size_t counters =
       deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
@@ -624,12 +675,15 @@ template <typename Element, int kHeadDim, int kBlockN, int kBlockM>
 void launch_backward(BackwardParams params, cudaStream_t stream) {
   using Tiling = BackwardTiling<kHeadDim, kBlockN, kBlockM>;
   params.query_blocks = (params.seqlen_q + kBlockM - 1) / kBlockM;
-  int device = 0, smem_limit = 0;
+  int device = 0, smem_limit = 0, major = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
-  if (static_cast<std::size_t>(smem_limit) < Tiling::kSmemBytes) {
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  // The kernel stages dQ for bulk reductions exactly when it is built for sm_90 or newer.
+  const std::size_t smem_bytes = Tiling::smem_bytes(Tiling::kBulkDq && major >= 9);
+  if (static_cast<std::size_t>(smem_limit) < smem_bytes) {
     throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) + " needs " +
-                                std::to_string(Tiling::kSmemBytes) + " bytes of shared memory per block; this device allows " +
+                                std::to_string(smem_bytes) + " bytes of shared memory per block; this device allows " +
                                 std::to_string(smem_limit) + " (allowed: head_dim <= 128 here)");
   }
   {
@@ -641,16 +695,15 @@ void launch_backward(BackwardParams params, cudaStream_t stream) {
   {
     auto kernel = backward_main_kernel<Element, Tiling>;
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(Tiling::kSmemBytes)),
+                                    static_cast<int>(smem_bytes)),
                "fa2_backward cudaFuncSetAttribute");
     const dim3 grid((params.seqlen_k + Tiling::kBlockN - 1) / Tiling::kBlockN, params.heads_kv, params.batch);
-    kernel<<<grid, Tiling::kThreads, Tiling::kSmemBytes, stream>>>(params);
+    kernel<<<grid, Tiling::kThreads, smem_bytes, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa2_backward main launch");
   }
   {
-    const std::int64_t threads = static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * (params.head_dim / 4);
-    const int blocks = static_cast<int>((threads + 255) / 256);
-    backward_convert_dq_kernel<Element><<<blocks, 256, 0, stream>>>(params);
+    const dim3 grid(params.query_blocks, params.heads_q, params.batch);
+    backward_convert_dq_kernel<Element, Tiling><<<grid, 256, 0, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa2_backward convert launch");
   }
 }
@@ -748,14 +801,12 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
   p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
-  p.dq_sink = reinterpret_cast<float*>(bytes + layout.sink_offset);
+  p.dq_rows = layout.dq_rows;
   p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
 
   if (p.total_rows_q > 0) {
-    if (deterministic) {
-      check_cuda(cudaMemsetAsync(p.dq_counters, 0, layout.total - layout.counters_offset, stream),
-                 "fa2_backward counters memset");
-    }
+    // The dQ accumulator and the deterministic counters start at zero.
+    check_cuda(cudaMemsetAsync(p.dq_accum, 0, layout.total - layout.dq_offset, stream), "fa2_backward workspace memset");
     if (problem.dtype == DType::bf16) {
       dispatch_head_dim<__nv_bfloat16>(p, stream);
     } else {

@@ -131,6 +131,40 @@ __device__ __forceinline__ void stmatrix_x4(std::uint32_t address, std::uint32_t
 #endif
 }
 
+// 16 bytes to shared memory from four registers.
+__device__ __forceinline__ void st_shared_v4(std::uint32_t address, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+
+// Bulk asynchronous reductions (sm_90): `bytes` (a multiple of 16) of fp32 in shared memory added
+// element by element to global memory by the copy engine, tracked in bulk groups of this thread.
+// The shared source must be made visible to the async proxy first (fence_proxy_async_shared).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global_dst, std::uint32_t shared_src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global_dst),
+               "r"(shared_src), "r"(bytes)
+               : "memory");
+#else
+  (void)global_dst, (void)shared_src, (void)bytes;
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until every committed bulk group of this thread has read its shared source.
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+
 // 16 bytes global -> shared without registers (sm_80); valid == false writes 16 zero bytes.
 __device__ __forceinline__ void cp_async_16(std::uint32_t shared_dst, const void* global_src, bool valid) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
