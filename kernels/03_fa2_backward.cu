@@ -30,9 +30,10 @@
 // 8 warps, one thread block per SM.
 //
 // Deterministic mode: the key blocks that touch query block i add their dQ contributions in
-// increasing key-block order, serialised by a per-(batch, head, query block) counter in HBM (a
-// ticket lock): the same additions in the same order every run, so dQ is bitwise repeatable. dK
-// and dV never need it (each is owned by one thread block).
+// decreasing key-block order, serialised by a per-(batch, head, query block) counter in HBM (a
+// ticket lock), with per-thread reductions (no bulk copies): the same additions in the same order
+// every run, so dQ is bitwise repeatable. dK and dV never need it (each is owned by one thread
+// block).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -283,7 +284,9 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   float* s_lse = reinterpret_cast<float*>(smem_raw + T::kRowsOffset);  // [2][kBlockM]
   float* s_delta = s_lse + 2 * kBlockM;                                // [2][kBlockM]
 
-  const int key_block = blockIdx.x, head_kv = blockIdx.y, b = blockIdx.z;
+  // Deterministic mode takes turns from the last key block down, so it starts those first.
+  const int key_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int head_kv = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates
 
@@ -293,14 +296,25 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   const int key_end = min(key_begin + kBlockN, seq.seqlen_k);
   const MaskRule mask{p.bottom_right ? seq.seqlen_k - seq.seqlen_q : 0, p.window_left, p.window_right, seq.seqlen_k};
 
-  // The query rows that see at least one key of [key_begin, key_end): the mask's skipped blocks
-  // are never visited (FA2: blocks outside the causal / window band are skipped, not masked).
-  int query_first = 0, query_last = seq.seqlen_q;  // [first, last)
-  if (mask.right >= 0) query_first = max(query_first, key_begin - mask.offset - mask.right);
-  if (mask.left >= 0) query_last = min(query_last, key_end - mask.offset + mask.left);
-  const int block_first = query_first / kBlockM;
-  const int block_last = query_last > query_first ? (query_last - 1) / kBlockM + 1 : block_first;  // exclusive
+  // The query blocks [first, last) key block j visits: those with a row that sees one of its keys
+  // (FA2: blocks outside the causal / window band are skipped, not masked). Both ends grow with j.
+  auto query_blocks_of = [&](int j) {
+    const int begin = j * kBlockN, end = min(begin + kBlockN, seq.seqlen_k);
+    int query_first = 0, query_last = seq.seqlen_q;  // rows [first, last)
+    if (mask.right >= 0) query_first = max(query_first, begin - mask.offset - mask.right);
+    if (mask.left >= 0) query_last = min(query_last, end - mask.offset + mask.left);
+    const int first = query_first / kBlockM;
+    return make_int2(first, query_last > query_first ? (query_last - 1) / kBlockM + 1 : first);
+  };
+  const int2 visited = query_blocks_of(key_block);
+  const int block_first = visited.x, block_last = visited.y;
   const int iterations = (block_last - block_first) * p.group;
+  // Deterministic mode: the last key block that visits query block i (one this block visits): the
+  // block of the last key its last row sees (the visitors of a query block are consecutive).
+  auto last_visitor = [&](int i) {
+    const int row_last = min(seq.seqlen_q, (i + 1) * kBlockM) - 1;
+    return (mask.last_key(row_last) - 1) / kBlockN;
+  };
 
   // ---- Load K_j and V_j (line 6).
   const Element* k_base = static_cast<const Element*>(p.k) + seq.batch_k * p.k_batch +
@@ -527,12 +541,13 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
           bulk_commit();
         }
       } else {
-        // Deterministic mode: wait for this query block's turn (key blocks in increasing order).
+        // Deterministic mode: wait for this query block's turn. Its key blocks add in decreasing
+        // order, so key block j's k-th query block waits only for key block j + 1's (k-1)-th, done
+        // a step before (in increasing order a causal key block j would idle j whole steps).
         int* counter = nullptr;
         int turn = 0;
         if (p.deterministic) {
-          const int first_key = mask.first_key(query_begin);
-          turn = key_block - first_key / kBlockN;
+          turn = last_visitor(query_block) - key_block;
           counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
           if (tid == 0) {
             int seen;

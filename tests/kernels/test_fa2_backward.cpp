@@ -351,6 +351,23 @@ TEST_CASE("FA2 backward kernel: deterministic mode is bitwise repeatable and cor
   }
 }
 
+TEST_CASE("FA2 backward kernel: deterministic mode under every mask and tiling", "[gpu][fa2_backward]") {
+  // Each query block's key blocks take turns; a turn computed wrongly hangs or drops a
+  // contribution. Both length orders, so some key blocks or query blocks see nothing.
+  REQUIRE_GPU_OR_SKIP();
+  const int head_dim = GENERATE(64, 128, 256);  // the 128 x 128, 128 x 64 and 64 x 64 tilings
+  const auto [seqlen_q, seqlen_k] = GENERATE(table<int, int>({{300, 170}, {170, 300}}));
+  const int mask = GENERATE(0, 1, 2, 3);
+  Problem problem = make_problem(seqlen_q, seqlen_k, head_dim, DType::bf16, 2, 2, 1);
+  if (mask == 3) {
+    problem.mask.window_left = 37;
+    problem.mask.window_right = 5;
+  } else {
+    set_causal(problem, mask);
+  }
+  check_backward(problem, true);
+}
+
 TEST_CASE("FA2 backward kernel: unsupported inputs are refused with a clear message", "[gpu][fa2_backward]") {
   Problem problem = make_problem(64, 64, 60, DType::bf16, 1, 1, 1);
   kernels::BackwardArgs args;

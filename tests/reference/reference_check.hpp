@@ -18,7 +18,8 @@ namespace flashlab::reference {
 AttentionTensors random_inputs(const Problem& problem, std::uint64_t seed, bool with_backward);
 void poison_outputs(AttentionTensors& tensors);
 
-// A fresh seed per call (time and a counter), reported with every failure so it can be replayed.
+// A fresh seed per call (time and a counter), reported with every failure so it can be replayed:
+// with FLASHLAB_TEST_SEED set, every call returns that seed instead.
 std::uint64_t fresh_seed();
 
 // The largest |got - expected| over a tensor, where it is, and whether anything was NaN or
