@@ -139,14 +139,18 @@ NaiveGradients naive_backward(const Problem& problem, const AttentionTensors& x)
           sum += p_row[j];
         }
         for (int j = 0; j < lk; ++j) p_row[j] = sum > 0 ? r(p_row[j] / sum) : 0.0f;
-        // dP = dO V^T, then the softmax backward dS = P o (dP - rowsum(P o dP)).
+        // dP = dO V^T, then the softmax backward dS = P o (dP - D). D = rowsum(dO o O) from the O
+        // the kernel is given (FA2 Algorithm 2 line 4), rounded to the dtype: equal to
+        // rowsum(P o dP) in exact arithmetic, and the same input rounding for both, so the rule
+        // measures the kernel and not the rounding of O (rows whose few keys nearly cancel in
+        // dP - D are where the two differ).
         float* ds_row = &dS[static_cast<std::size_t>(i) * lk];
         float delta = 0.0f;
+        for (int c = 0; c < d; ++c) delta += x.dO.at(rq + i, h, c) * x.O.at(rq + i, h, c);
         for (int j = 0; j < lk; ++j) {
           float dot = 0.0f;
           for (int c = 0; c < d; ++c) dot += x.dO.at(rq + i, h, c) * x.V.at(rk + j, hk, c);
           ds_row[j] = r(dot);
-          delta += p_row[j] * ds_row[j];
         }
         for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (ds_row[j] - delta)) * scale);
       }
