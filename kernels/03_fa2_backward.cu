@@ -11,7 +11,7 @@
 //      log2(e)) written to shared memory; dP = dO_i V_j^T and dS = P o (dP - D_i) likewise; then
 //      dV_j += P^T dO_i, dQ_i += dS K_j (added to an fp32 accumulator in HBM with atomics, issued
 //      before the last GEMM so they drain under it) and dK_j += dS^T Q_i. The accumulator keeps
-//      each query block's dQ tile in the order of the mma fragments (see dq_tile_offset), so each
+//      each query block's dQ tile in the order of the mma fragments (see BackwardTiling), so each
 //      thread adds 16 contiguous bytes per fragment with no shuffles and no per-row addresses; on
 //      sm_90, where shared memory allows, each warp stages its fragments in shared memory and adds
 //      them with one bulk asynchronous reduction (cp.reduce.async.bulk) instead. Blocks that the causal or
@@ -208,6 +208,12 @@ __device__ __forceinline__ void stmatrix_pair_rows(const std::uint32_t (&pairs)[
 //   dQ_i += dS K_j (kBlockM x kHeadDim): 2 x 4 warps of 32 x kHeadDim/4 (4 x 2 of 16 x kHeadDim/2
 //     when kHeadDim/4 is not a multiple of 16).
 // P and dS go through shared memory (rounded to the dtype, as the tensor cores read them).
+// (Outside the anonymous namespace: members only the sm_80+ kernel body reads would otherwise
+// draw nvcc's unreferenced-member warning in the sm_75 pass.)
+}  // namespace
+
+namespace fa2_backward_detail {
+
 template <int kHeadDim_, int kBlockN_, int kBlockM_>
 struct BackwardTiling {
   static constexpr int kHeadDim = kHeadDim_;
@@ -257,14 +263,11 @@ struct BackwardTiling {
   static constexpr std::size_t smem_bytes(bool bulk_dq) { return kSmemBytes + (bulk_dq ? kDqStageBytes : 0); }
 };
 
-// Row r, column c of a query block's dQ tile -> its offset in the tile order (floats).
-template <typename T>
-__host__ __device__ constexpr int dq_tile_offset(int r, int c) {
-  const int warp = r / T::kQRows + (c / T::kQCols) * T::kQWarpsM;
-  const int m = (r % T::kQRows) / 16, n = (c % T::kQCols) / 8;
-  const int g = r % 8, half = (r % 16) / 8, t = (c % 8) / 2, e = c % 2;
-  return ((warp * T::kQM + m) * T::kQN + n) * 128 + (4 * g + t) * 4 + 2 * half + e;
-}
+}  // namespace fa2_backward_detail
+
+namespace {
+
+using fa2_backward_detail::BackwardTiling;
 
 template <typename Element, typename Tiling>
 __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(const BackwardParams p) {
@@ -273,11 +276,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   using T = Tiling;
   constexpr int kHeadDim = T::kHeadDim, kBlockN = T::kBlockN, kBlockM = T::kBlockM, kThreads = T::kThreads;
   constexpr int kRowBytes = T::kStride * 2, kPRowBytes = T::kPStride * 2;  // bytes per shared row
-#if __CUDA_ARCH__ >= 900
-  constexpr bool kStmatrix = T::kStmatrix;
-#else
-  constexpr bool kStmatrix = false;
-#endif
+  constexpr bool kStmatrix = T::kStmatrix && __CUDA_ARCH__ >= 900;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const std::uint32_t smem = shared_address(smem_raw);
@@ -381,11 +380,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   const std::uint32_t p_stmatrix = smem + T::kPOffset + ((s_row0 + a_m) * T::kPStride + s_col0 + a_k) * 2;
   // This lane's first dQ value in a query block's tile (tile order) and in the staging tile.
   const int dq_lane_offset = warp * T::kDqWarpFloats + lane * 4;
-#if __CUDA_ARCH__ >= 900
-  constexpr bool kBulkDq = T::kBulkDq;
-#else
-  constexpr bool kBulkDq = false;
-#endif
+  constexpr bool kBulkDq = T::kBulkDq && __CUDA_ARCH__ >= 900;
   const std::uint32_t dq_stage_warp = smem + T::kDqStageOffset + warp * T::kDqWarpFloats * 4;
 
   constexpr int kSM = T::kSRows / 16, kSN = T::kSCols / 8;
@@ -629,7 +624,7 @@ __global__ void __launch_bounds__(256) backward_convert_dq_kernel(const Backward
   auto* dq = static_cast<Element*>(p.dq) + seq.batch_q * p.dq_batch + (seq.position_q + query_begin) * p.dq_row +
              static_cast<std::int64_t>(head) * p.dq_head;
   for (int index = threadIdx.x; index < T::kBlockM * T::kHeadDim / 4; index += blockDim.x) {
-    // index = fragment * 32 + lane, fragment = (warp * kQM + m) * kQN + n (as dq_tile_offset).
+    // index = fragment * 32 + lane, fragment = (warp * kQM + m) * kQN + n: the tile order.
     const int lane = index % 32, fragment = index / 32;
     const int warp = fragment / (T::kQM * T::kQN), m = fragment / T::kQN % T::kQM, n = fragment % T::kQN;
     const int row = (warp % T::kQWarpsM) * T::kQRows + m * 16 + lane / 4;
