@@ -295,18 +295,13 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
   const int key_end = min(key_begin + kBlockN, seq.seqlen_k);
   const MaskRule mask{p.bottom_right ? seq.seqlen_k - seq.seqlen_q : 0, p.window_left, p.window_right, seq.seqlen_k};
 
-  // The query blocks [first, last) key block j visits: those with a row that sees one of its keys
-  // (FA2: blocks outside the causal / window band are skipped, not masked). Both ends grow with j.
-  auto query_blocks_of = [&](int j) {
-    const int begin = j * kBlockN, end = min(begin + kBlockN, seq.seqlen_k);
-    int query_first = 0, query_last = seq.seqlen_q;  // rows [first, last)
-    if (mask.right >= 0) query_first = max(query_first, begin - mask.offset - mask.right);
-    if (mask.left >= 0) query_last = min(query_last, end - mask.offset + mask.left);
-    const int first = query_first / kBlockM;
-    return make_int2(first, query_last > query_first ? (query_last - 1) / kBlockM + 1 : first);
-  };
-  const int2 visited = query_blocks_of(key_block);
-  const int block_first = visited.x, block_last = visited.y;
+  // The query rows that see at least one key of [key_begin, key_end): the mask's skipped blocks
+  // are never visited (FA2: blocks outside the causal / window band are skipped, not masked).
+  int query_first = 0, query_last = seq.seqlen_q;  // [first, last)
+  if (mask.right >= 0) query_first = max(query_first, key_begin - mask.offset - mask.right);
+  if (mask.left >= 0) query_last = min(query_last, key_end - mask.offset + mask.left);
+  const int block_first = query_first / kBlockM;
+  const int block_last = query_last > query_first ? (query_last - 1) / kBlockM + 1 : block_first;  // exclusive
   const int iterations = (block_last - block_first) * p.group;
   // Deterministic mode: the last key block that visits query block i (one this block visits): the
   // block of the last key its last row sees (the visitors of a query block are consecutive).
@@ -517,8 +512,8 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
       // Query block i's tile (rows past the sequence's end land in its padding, never read).
       float* dq_tile = p.dq_accum + (static_cast<std::int64_t>(head_q) * p.dq_rows + seq.dq_row_q + query_begin) * kHeadDim;
       if (kBulkDq && !p.deterministic) {
-        // Stage this warp's fragments (the previous reduction has read them by now: waited for
-        // below), then lane 0 adds them to HBM with one asynchronous bulk reduction.
+        // Stage this warp's fragments once its previous reduction has read them (lane 0 waits),
+        // then lane 0 adds them to HBM with one asynchronous bulk reduction.
         if (lane == 0) bulk_wait_read();
         __syncwarp();
 #pragma unroll
