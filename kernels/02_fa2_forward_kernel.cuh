@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
   constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
   constexpr int kNTiles = kBlockN / 8;     // n8 tiles of S
   constexpr int kDTiles = kHeadDim / 8;    // n8 tiles of O
+  constexpr float kMaxGrowth = 8.0f;       // log2 units: P <= 256, well inside fp16's range
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_shared = reinterpret_cast<T*>(shared_bytes);
@@ -260,7 +261,11 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float new_max = fmaxf(row_max[mt][r], block_max[mt][r] * p.scale_log2);
+        // The running max moves only when the block's exceeds it by more than kMaxGrowth (FA4's
+        // conditional rescaling): P = exp2(s - m) then stays <= 2^kMaxGrowth, and O and l carry
+        // the same stale m, which the final O / l cancels exactly.
+        const float block_row_max = block_max[mt][r] * p.scale_log2;
+        const float new_max = block_row_max > row_max[mt][r] + kMaxGrowth ? block_row_max : row_max[mt][r];
         const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
         const float correction = exp2f(row_max[mt][r] - subtract);
         row_max[mt][r] = new_max;
@@ -276,8 +281,8 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
         any_correction = any_correction || correction != 1.f;
       }
     // The rescale of O (line 10's diag(e^(m_old - m_new))) is skipped when no row of the warp
-    // raised its maximum: after the first few blocks that is most blocks, and it saves a
-    // multiply per output element per block.
+    // moved its maximum: with the growth threshold above that is almost every block after the
+    // first, and it saves a multiply per output element per block.
     if (__any_sync(0xffffffffu, any_correction)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)

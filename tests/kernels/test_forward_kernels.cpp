@@ -47,6 +47,19 @@ TEST_CASE("FA2 forward kernel: the other padded head dims 32, 160, 192, 224, 248
   require_grid(result, [](const Problem&) { return false; }, "");
 }
 
+TEST_CASE("FA2 forward kernel: scores that grow along the keys keep moving the running max", "[fa2_forward]") {
+  // Later key blocks raise each row's max by several units, so every rescale path of the online
+  // softmax (and the kernel's skipped rescales) shows in O.
+  const DType dtype = GENERATE(DType::bf16, DType::fp16);
+  const auto grid = reference::default_forward_grid(dtype, {64, 128, 256});
+  std::vector<Problem> some(grid.begin(), grid.begin() + 15);  // five odd shapes x three masks,
+  some.insert(some.end(), grid.begin() + 18, grid.begin() + 21);  // and 1023 x 1024
+  reference::ForwardCheckOptions options;
+  options.key_growth = 8.0;
+  const auto result = reference::check_forward_grid(reference::on_device(kernels::fa2_forward), some, options);
+  require_grid(result, [](const Problem&) { return false; }, "");
+}
+
 TEST_CASE("FA1 forward kernel passes the default grid, fp16, head dims up to 128", "[fa1_forward]") {
   const auto grid = reference::default_forward_grid(DType::fp16, {40, 59, 64, 96, 111, 128});
   const auto result = reference::check_forward_grid(reference::on_device(kernels::fa1_forward), grid);

@@ -75,6 +75,21 @@ std::string describe_row(const Problem& problem, int packed_row) {
 
 namespace {
 
+// ForwardCheckOptions::key_growth: K row j of each sequence scaled by 1 + growth * j / seqlen_k.
+void grow_keys(const Problem& problem, HostTensor& k, double growth) {
+  for (int b = 0; b < problem.batch; ++b) {
+    const int length = problem.seqlen_k_of(b), first = problem.first_row_k(b);
+    for (int j = 0; j < length; ++j) {
+      const double factor = 1.0 + growth * j / length;
+      for (int h = 0; h < k.heads; ++h) {
+        for (int c = 0; c < k.dim; ++c) {
+          k.at(first + j, h, c) = round_to(problem.dtype, static_cast<float>(k.at(first + j, h, c) * factor));
+        }
+      }
+    }
+  }
+}
+
 std::string describe_error(const Problem& problem, const char* name, const ErrorReport& error, double naive_error,
                            const Tolerance& tolerance) {
   std::ostringstream text;
@@ -102,8 +117,10 @@ CaseResult check_forward_case(const ForwardImplementation& implementation, const
   result.problem = problem;
   result.seed = fresh_seed();
   AttentionTensors tensors = random_inputs(problem, result.seed, false);
+  if (options.key_growth > 0) grow_keys(problem, tensors.K, options.key_growth);
   std::ostringstream header;
   header << describe(problem) << ", seed " << result.seed;
+  if (options.key_growth > 0) header << ", key growth " << options.key_growth;
   try {
     implementation(problem, tensors);
   } catch (const std::invalid_argument& refusal) {

@@ -43,6 +43,10 @@ struct ForwardCheckOptions {
   Tolerance output{2.0, 1e-5};
   Tolerance lse{2.0, 1e-5};
   bool check_determinism = true;
+  // > 0: key j of each sequence has its K row scaled by 1 + key_growth * j / seqlen_k (rounded to
+  // the dtype), so scores grow along the keys and later key blocks keep raising each row's max by
+  // several units: the online softmax's rescaling, not only its first block, decides O.
+  double key_growth = 0;
 };
 
 struct CaseResult {
