@@ -1,6 +1,8 @@
 // The reference-test library checks itself on the CPU (runs in CI): the CPU FA2 schedule passes
 // part of the default grid in bf16 and fp16, and the same schedule run with an off-by-one causal
 // mask (every query sees one key past the diagonal) fails, with a report naming the case.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -39,7 +41,66 @@ std::vector<Problem> small_grid(DType dtype) {
   return grid;
 }
 
+// The planted bug for key_growth: an online softmax that never moves its max after the first 32
+// visible keys, with P rounded to the dtype (a kernel that keeps its first block's max). Exact in
+// real arithmetic; in fp16 a later score far above that max overflows P.
+void stale_max_attention(const Problem& problem, AttentionTensors& t) {
+  for (int b = 0; b < problem.batch; ++b) {
+    const int rq = problem.first_row_q(b), rk = problem.first_row_k(b);
+    for (int h = 0; h < problem.heads_q; ++h) {
+      const HeadProblem head = head_problem(problem, b, h);
+      const int hk = problem.kv_head(h);
+      std::vector<float> p(static_cast<std::size_t>(head.seqlen_k));
+      for (int i = 0; i < head.seqlen_q; ++i) {
+        float stale_max = -INFINITY;
+        int seen = 0;
+        for (int j = 0; j < head.seqlen_k; ++j) {
+          p[j] = -INFINITY;
+          if (!head.key_visible(i, j)) continue;
+          float dot = 0.0f;
+          for (int c = 0; c < problem.head_dim; ++c) dot += t.Q.at(rq + i, h, c) * t.K.at(rk + j, hk, c);
+          p[j] = dot * head.scale;
+          if (seen++ < 32) stale_max = std::max(stale_max, p[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < head.seqlen_k; ++j) {
+          p[j] = seen == 0 ? 0.0f : round_to(problem.dtype, std::exp(p[j] - stale_max));
+          sum += p[j];
+        }
+        for (int c = 0; c < problem.head_dim; ++c) {
+          float acc = 0.0f;
+          for (int j = 0; j < head.seqlen_k; ++j) acc += p[j] * t.V.at(rk + j, hk, c);
+          t.O.at(rq + i, h, c) = round_to(problem.dtype, seen == 0 ? 0.0f : acc / sum);
+        }
+        t.LSE.at(rq + i, h, 0) = seen == 0 ? -INFINITY : stale_max + std::log(sum);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TEST_CASE("reference grid: key_growth catches a softmax whose max never moves after the first block", "[checker]") {
+  // Standard normal inputs let the planted bug through (its max is exact math); scores that grow
+  // along the keys overflow its fp16 P. The real schedule passes both ways.
+  std::vector<Problem> grid;
+  for (const Problem& p : small_grid(DType::fp16)) {
+    if (p.seqlen_k >= 200) grid.push_back(p);
+  }
+  REQUIRE(grid.size() >= 6);
+  reference::ForwardCheckOptions growing;
+  growing.key_growth = 8.0;
+  const auto plain = reference::check_forward_grid(stale_max_attention, grid);
+  INFO("plain inputs:\n" << plain.summary());
+  CHECK(plain.failed == 0);
+  const auto grown = reference::check_forward_grid(stale_max_attention, grid, growing);
+  INFO("growing keys:\n" << grown.summary());
+  CHECK(grown.failed > static_cast<int>(grid.size()) / 2);
+  const auto schedule = reference::check_forward_grid(cpu_fa2, grid, growing);
+  INFO("CPU FA2 schedule, growing keys:\n" << schedule.summary());
+  CHECK(schedule.failed == 0);
+  CHECK(schedule.passed == static_cast<int>(grid.size()));
+}
 
 TEST_CASE("reference grid: the CPU FA2 schedule passes, bf16 and fp16", "[checker]") {
   const DType dtype = GENERATE(DType::bf16, DType::fp16);
