@@ -3,7 +3,8 @@
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
-# bench (forward and backward) bench-fwd example ncu ncu-bwd sanitize (default: build tests bench)
+# bench (forward and backward) bench-fwd example ncu ncu-bwd sanitize compare (default: build tests
+# bench). compare: COMPARE_PATCH=<git diff file> scripts/device_check.sh compare
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -89,6 +90,30 @@ torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
   for side in ours sdpa; do
     echo "== $side"; grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory Throughput|Warp Cycles Per Issued|Executed Ipc A|Block Size|Grid Size|Dynamic Shared" "$OUT/ncu_bwd_$side.txt" | head -24
   done
+}
+step_compare() {
+  # A change measured against the current tree in one run: COMPARE_PATCH (a `git diff` taken at the
+  # repository root) applied to a copy, both built side by side, the copy's GPU tests run, then both
+  # libraries timed by the benchmark with the anchors (BENCH_ARGS; add --backward for the backward)
+  # and set side by side by scripts/compare_bench.py.
+  local patch variant=/tmp/flashlab_variant
+  patch=$(realpath "${COMPARE_PATCH:?compare needs COMPARE_PATCH=<a git diff file>}")
+  rm -rf $variant && mkdir -p $variant
+  for f in *; do [ "$f" = build ] || [ "$f" = device_logs ] || cp -r "$f" $variant/; done
+  (cd $variant && patch -p1 --quiet <"$patch") || { echo "compare: $patch does not apply"; exit 1; }
+  step_build &
+  (cd $variant && OUT="$OUT/variant" scripts/device_check.sh build) &
+  wait
+  (cd $variant/$BUILD && ctest -L gpu -j4 --timeout 500) >"$OUT/variant_tests.log" 2>&1 || status=1
+  echo "variant gpu tests: status $status"; grep -E "tests passed|\*\*\*Failed" "$OUT/variant_tests.log"
+  for side in base variant; do
+    local root=.
+    [ $side = variant ] && root=$variant
+    PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $root/$BUILD/kernels/libflashlab_kernels_c.so \
+      --json "$OUT/compare_$side.json" --markdown "$OUT/compare_$side.md" --fa1-max-seqlen 0 ${BENCH_ARGS:-} \
+      >"$OUT/compare_$side.log" 2>&1 || { tail -5 "$OUT/compare_$side.log"; status=1; }
+  done
+  python3 scripts/compare_bench.py "$OUT/compare_base.json" "$OUT/compare_variant.json" | tee "$OUT/compare.md"
 }
 for step in $steps; do
   "step_${step//-/_}"
