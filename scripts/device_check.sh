@@ -38,14 +38,16 @@ step_tests_fwd() {
   $BUILD/tests/kernels/test_kernels "[fa2_forward],[fa1_forward],[api]" >"$OUT/tests.log" 2>&1 || status=1
   echo "forward gpu tests: status $status"; tail -3 "$OUT/tests.log"
 }
-step_bench() {
-  PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
-    --json "$OUT/bench.json" --markdown "$OUT/bench.md" --backward ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
+# The benchmark on the library built under <tree>: results in $OUT/<name>.{json,md,log}, the
+# progress lines (not the tables) printed; further arguments go to bench_kernels.py before BENCH_ARGS.
+run_benchmark() {
+  local tree=$1 name=$2
+  shift 2
+  PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $tree/$BUILD/kernels/libflashlab_kernels_c.so \
+    --json "$OUT/$name.json" --markdown "$OUT/$name.md" "$@" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$name.log" | grep -v "^|"
 }
-step_bench_fwd() {
-  PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
-    --json "$OUT/bench.json" --markdown "$OUT/bench.md" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^|"
-}
+step_bench() { run_benchmark . bench --backward; }
+step_bench_fwd() { run_benchmark . bench; }
 step_ncu() {
   # DRAM and L2 bytes, time and occupancy of the FA2 forward at three sizes (bf16, d = 128,
   # non-causal), and of the FA1 forward at the middle one (fp16).
@@ -107,13 +109,8 @@ step_compare() {
   # A shorter limit than the tests step's: a patched kernel that hangs costs 4 minutes, not 8.
   (cd $variant/$BUILD && ctest -L gpu -j4 --timeout 240) >"$OUT/variant_tests.log" 2>&1 || status=1
   echo "variant gpu tests: status $status"; grep -E "tests passed|\*\*\*Failed" "$OUT/variant_tests.log"
-  for side in base variant; do
-    local root=.
-    [ $side = variant ] && root=$variant
-    PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $root/$BUILD/kernels/libflashlab_kernels_c.so \
-      --json "$OUT/compare_$side.json" --markdown "$OUT/compare_$side.md" --fa1-max-seqlen 0 ${BENCH_ARGS:-} \
-      >"$OUT/compare_$side.log" 2>&1 || { tail -5 "$OUT/compare_$side.log"; status=1; }
-  done
+  run_benchmark . compare_base --fa1-max-seqlen 0 >/dev/null || status=1
+  run_benchmark $variant compare_variant --fa1-max-seqlen 0 >/dev/null || status=1
   python3 scripts/compare_bench.py "$OUT/compare_base.json" "$OUT/compare_variant.json" | tee "$OUT/compare.md"
 }
 for step in $steps; do
