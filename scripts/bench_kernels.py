@@ -5,8 +5,11 @@ memory-efficient backends on the same tensors, in one run on one GPU.
 Our kernels are called through the C ABI of libflashlab_kernels_c.so (kernels/c_api.cpp) with
 ctypes, on the very PyTorch tensors that SDPA gets ([batch, heads, seqlen, dim], bf16). TFLOP/s use
 the flash-attention convention: forward 4 * b * h * s^2 * d, halved when causal; backward 2.5x the
-forward. Times are medians of CUDA-event timings (triton.testing.do_bench). The bf16 matmul ceiling
-(8192^3) is measured in the same run.
+forward. Times are medians of CUDA-event timings (triton.testing.do_bench); every implementation
+of a problem is timed in each of --rounds interleaved rounds and the median round is reported, so
+a drift of clocks touches all alike. The bf16 matmul ceiling (8192^3) is measured in the same run.
+--variant NAME=PATH adds another build of the library (a candidate change), timed as fa2@NAME in
+the same rounds; scripts/compare_bench.py sets it beside the base.
 
 Usage (on the GPU machine, after building the kernels):
   python3 scripts/bench_kernels.py --lib build/device/kernels/libflashlab_kernels_c.so \
@@ -116,12 +119,50 @@ SDPA_BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBack
                  "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
+def interleaved_medians(timers, rounds):
+    """Each timer (a function returning milliseconds) run `rounds` times, the timers taking turns
+    within each round, so a slow drift of clocks or temperature touches every implementation alike.
+    Returns {name: median over the rounds} and {name: error} for the timers that raised."""
+    times, errors = {name: [] for name in timers}, {}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            if name in errors:
+                continue
+            try:
+                times[name].append(timer())
+            except RuntimeError as error:
+                errors[name] = str(error).splitlines()[0]
+    return {name: (sorted(t)[len(t) // 2] if t else None) for name, t in times.items()}, errors
+
+
+def sdpa_forward_timer(backend, q, k, v, causal):
+    def timer():
+        with sdpa_kernel(backend):
+            return median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    return timer
+
+
+def sdpa_backward_timer(backend, q, k, v, do, causal):
+    def timer():
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            return median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
+    return timer
+
+
 def run(args):
     torch.manual_seed(0)
-    lib = Flashlab(args.lib)
+    # Our library first, then the variants (--variant NAME=PATH): their FA2 is timed as "fa2@NAME".
+    libs = {"fa2": Flashlab(args.lib)}
+    for spec in args.variant:
+        name, _, path = spec.partition("=")
+        libs[f"fa2@{name}"] = Flashlab(path)
+    lib = libs["fa2"]
     command = " ".join([os.path.basename(sys.executable)] + sys.argv)
     result = {"environment": environment(command), "convention": "fwd 4*b*h*s^2*d (halved when causal), bwd 2.5x fwd; "
-              "median of CUDA-event timings (triton do_bench)", "rows": []}
+              f"median of CUDA-event timings (triton do_bench), median over {args.rounds} interleaved rounds",
+              "rows": []}
     result["matmul_bf16_8192_tflops"] = matmul_ceiling()
     print(f"bf16 8192^3 matmul: {result['matmul_bf16_8192_tflops']:.0f} TFLOP/s", flush=True)
     for d in args.head_dims:
@@ -133,46 +174,42 @@ def run(args):
                 lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
                 fwd_flops = flops_forward(b, h, s, d, causal)
                 row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "fwd": {}, "bwd": {}}
-                # Ours, forward (FA2; FA1 where it applies: fp16 only, so on fp16 copies of the same data).
-                lib.forward(2, q, k, v, o, lse, causal)
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                row["fa2_max_abs_diff_vs_sdpa_flash"] = (o.float() - reference.float()).abs().max().item()
-                row["fwd"]["fa2"] = fwd_flops / median_ms(lambda: lib.forward(2, q, k, v, o, lse, causal)) / 1e9
+                # Ours, forward (FA2; FA1 where it applies: fp16 only, so on fp16 copies of the same data).
+                timers = {}
+                for name, impl in libs.items():
+                    o.fill_(float("nan"))
+                    impl.forward(2, q, k, v, o, lse, causal)
+                    key = "fa2_max_abs_diff_vs_sdpa_flash" if name == "fa2" else f"{name}_max_abs_diff_vs_sdpa_flash"
+                    row[key] = (o.float() - reference.float()).abs().max().item()
+                    timers[name] = lambda impl=impl: median_ms(lambda: impl.forward(2, q, k, v, o, lse, causal))
                 if d <= 128 and s <= args.fa1_max_seqlen:
                     q16, k16, v16 = q.half(), k.half(), v.half()
                     o16 = torch.empty_like(q16)
-                    row["fwd"]["fa1_fp16"] = fwd_flops / median_ms(
-                        lambda: lib.forward(1, q16, k16, v16, o16, lse, causal)) / 1e9
+                    timers["fa1_fp16"] = lambda: median_ms(lambda: lib.forward(1, q16, k16, v16, o16, lse, causal))
                 for name, backend in SDPA_BACKENDS.items():
-                    try:
-                        with sdpa_kernel(backend):
-                            ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-                        row["fwd"][name] = fwd_flops / ms / 1e9
-                    except RuntimeError as error:
-                        row["fwd"][name] = None
-                        row.setdefault("errors", {})[f"fwd {name}"] = str(error).splitlines()[0]
+                    timers[name] = sdpa_forward_timer(backend, q, k, v, causal)
+                medians, errors = interleaved_medians(timers, args.rounds)
+                row["fwd"] = {name: (None if ms is None else fwd_flops / ms / 1e9) for name, ms in medians.items()}
+                for name, error in errors.items():
+                    row.setdefault("errors", {})[f"fwd {name}"] = error
                 if args.backward:
                     do = torch.randn_like(q)
                     bwd_flops = 2.5 * fwd_flops
-                    if lib.has_backward:
-                        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-                        try:
-                            lib.forward(2, q, k, v, o, lse, causal)
-                            row["bwd"]["fa2"] = bwd_flops / median_ms(
-                                lambda: lib.backward(q, k, v, o, lse, do, dq, dk, dv, causal)) / 1e9
-                        except RuntimeError as error:
-                            row.setdefault("errors", {})["bwd fa2"] = str(error).splitlines()[0]
+                    timers = {}
+                    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+                    lib.forward(2, q, k, v, o, lse, causal)  # O and LSE for every backward (variants too)
+                    for name, impl in libs.items():
+                        if impl.has_backward:
+                            timers[name] = lambda impl=impl: median_ms(
+                                lambda: impl.backward(q, k, v, o, lse, do, dq, dk, dv, causal))
                     for name, backend in SDPA_BACKENDS.items():
-                        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-                        try:
-                            with sdpa_kernel(backend):
-                                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                                ms = median_ms(lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True))
-                            row["bwd"][name] = bwd_flops / ms / 1e9
-                        except RuntimeError as error:
-                            row["bwd"][name] = None
-                            row.setdefault("errors", {})[f"bwd {name}"] = str(error).splitlines()[0]
+                        timers[name] = sdpa_backward_timer(backend, q, k, v, do, causal)
+                    medians, errors = interleaved_medians(timers, args.rounds)
+                    row["bwd"] = {name: (None if ms is None else bwd_flops / ms / 1e9) for name, ms in medians.items()}
+                    for name, error in errors.items():
+                        row.setdefault("errors", {})[f"bwd {name}"] = error
                 result["rows"].append(row)
                 fmt = lambda x: "-" if x is None else f"{x:.0f}"
                 print(f"d={d:3d} causal={int(causal)} s={s:5d}  fwd " +
@@ -218,6 +255,10 @@ def main():
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--fa1-max-seqlen", type=int, default=4096)
     parser.add_argument("--backward", action="store_true", help="also time the backward pass")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved timing rounds per problem (the median is reported)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
+                        help="another build of libflashlab_kernels_c.so, its FA2 timed as fa2@NAME in the same rounds")
     args = parser.parse_args()
     result = run(args)
     with open(args.json, "w") as f:

@@ -4,7 +4,7 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # bench (forward and backward) bench-fwd example ncu ncu-bwd sanitize compare (default: build tests
-# bench). compare: COMPARE_PATCH=<git diff file> scripts/device_check.sh compare
+# bench). compare: COMPARE_PATCHES="<git diff file>..." scripts/device_check.sh compare
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -38,16 +38,16 @@ step_tests_fwd() {
   $BUILD/tests/kernels/test_kernels "[fa2_forward],[fa1_forward],[api]" >"$OUT/tests.log" 2>&1 || status=1
   echo "forward gpu tests: status $status"; tail -3 "$OUT/tests.log"
 }
-# The benchmark on the library built under <tree>: results in $OUT/<name>.{json,md,log}, the
-# progress lines (not the tables) printed; further arguments go to bench_kernels.py before BENCH_ARGS.
+# The benchmark on the library <lib>: results in $OUT/<name>.{json,md,log}, the progress lines (not
+# the tables) printed; further arguments go to bench_kernels.py before BENCH_ARGS.
 run_benchmark() {
-  local tree=$1 name=$2
+  local lib=$1 name=$2
   shift 2
-  PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib $tree/$BUILD/kernels/libflashlab_kernels_c.so \
+  PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib "$lib" \
     --json "$OUT/$name.json" --markdown "$OUT/$name.md" "$@" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$name.log" | grep -v "^|"
 }
-step_bench() { run_benchmark . bench --backward; }
-step_bench_fwd() { run_benchmark . bench; }
+step_bench() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench --backward; }
+step_bench_fwd() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench; }
 step_ncu() {
   # DRAM and L2 bytes, time and occupancy of the FA2 forward at three sizes (bf16, d = 128,
   # non-causal), and of the FA1 forward at the middle one (fp16).
@@ -94,24 +94,34 @@ torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
   done
 }
 step_compare() {
-  # A change measured against the current tree in one run: COMPARE_PATCH (a `git diff` taken at the
-  # repository root) applied to a copy, both built side by side, the copy's GPU tests run, then both
-  # libraries timed by the benchmark with the anchors (BENCH_ARGS; add --backward for the backward)
-  # and set side by side by scripts/compare_bench.py.
-  local patch variant=/tmp/flashlab_variant
-  patch=$(realpath "${COMPARE_PATCH:?compare needs COMPARE_PATCH=<a git diff file>}")
-  rm -rf $variant && mkdir -p $variant
-  for f in *; do [ "$f" = build ] || [ "$f" = device_logs ] || cp -r "$f" $variant/; done
-  (cd $variant && patch -p1 --quiet <"$patch") || { echo "compare: $patch does not apply"; exit 1; }
-  step_build &
-  (cd $variant && OUT="$OUT/variant" scripts/device_check.sh build) &
-  wait
-  # A shorter limit than the tests step's: a patched kernel that hangs costs 4 minutes, not 8.
-  (cd $variant/$BUILD && ctest -L gpu -j4 --timeout 240) >"$OUT/variant_tests.log" 2>&1 || status=1
-  echo "variant gpu tests: status $status"; grep -E "tests passed|\*\*\*Failed" "$OUT/variant_tests.log"
-  run_benchmark . compare_base --fa1-max-seqlen 0 >/dev/null || status=1
-  run_benchmark $variant compare_variant --fa1-max-seqlen 0 >/dev/null || status=1
-  python3 scripts/compare_bench.py "$OUT/compare_base.json" "$OUT/compare_variant.json" | tee "$OUT/compare.md"
+  # Candidate changes measured against the current tree in one run. Each patch of COMPARE_PATCHES
+  # (`git diff` files taken at the repository root) is applied to this tree in turn, built
+  # incrementally, its GPU tests run (COMPARE_TESTS: a ctest -R regex, default all of them) and its
+  # library kept; the patch is then reverted. The benchmark times the base and every variant in the
+  # same interleaved rounds (BENCH_ARGS; add --backward for the backward), and
+  # scripts/compare_bench.py sets them side by side.
+  local libs=/tmp/flashlab_compare lib=$BUILD/kernels/libflashlab_kernels_c.so patch name variants=()
+  rm -rf $libs && mkdir -p $libs
+  step_build
+  cp $lib $libs/base.so
+  for patch in ${COMPARE_PATCHES:?compare needs COMPARE_PATCHES=\"<git diff file>...\"}; do
+    name=$(basename "$patch" .patch)
+    mkdir -p "$OUT/$name"
+    patch -p1 --quiet <"$patch" || { echo "$name: the patch does not apply"; status=1; continue; }
+    if cmake --build $BUILD --target flashlab_kernels_c test_kernels -j16 >"$OUT/$name/build.log" 2>&1; then
+      # A shorter limit than the tests step's: a patched kernel that hangs costs 4 minutes, not 8.
+      (cd $BUILD && ctest -L gpu -R "${COMPARE_TESTS:-.}" -j4 --timeout 240) >"$OUT/$name/tests.log" 2>&1 \
+        || { echo "$name: GPU TESTS FAILED"; status=1; }
+      echo "$name: $(grep -E "tests passed" "$OUT/$name/tests.log")"; grep -E "\*\*\*Failed|Timeout" "$OUT/$name/tests.log"
+      cp $lib "$libs/$name.so" && variants+=(--variant "$name=$libs/$name.so")
+    else
+      echo "$name: build failed"; grep -m20 -E "error" "$OUT/$name/build.log"; status=1
+    fi
+    patch -R -p1 --quiet <"$patch"
+  done
+  cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels flashlab_kernels_c} -j16 >>"$OUT/build.log" 2>&1  # the base again
+  run_benchmark $libs/base.so compare --fa1-max-seqlen 0 "${variants[@]}" >/dev/null || status=1
+  python3 scripts/compare_bench.py "$OUT/compare.json" | tee "$OUT/compare.md"
 }
 for step in $steps; do
   "step_${step//-/_}"
