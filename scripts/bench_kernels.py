@@ -5,9 +5,10 @@ memory-efficient backends on the same tensors, in one run on one GPU.
 Our kernels are called through the C ABI of libflashlab_kernels_c.so (kernels/c_api.cpp) with
 ctypes, on the very PyTorch tensors that SDPA gets ([batch, heads, seqlen, dim], bf16). TFLOP/s use
 the flash-attention convention: forward 4 * b * h * s^2 * d, halved when causal; backward 2.5x the
-forward. Times are medians of CUDA-event timings (triton.testing.do_bench); every implementation
-of a problem is timed in each of --rounds interleaved rounds and the median round is reported, so
-a drift of clocks touches all alike. The bf16 matmul ceiling (8192^3) is measured in the same run.
+forward. Times are medians of CUDA-event timings (triton.testing.do_bench) after 100 ms of warm-up
+on the same call; every implementation of a problem is timed in each of --rounds interleaved
+rounds, in an order that rotates from round to round, and the median round is reported, so a
+drift of clocks touches all alike. The bf16 matmul ceiling (8192^3) is measured in the same run.
 --variant NAME=PATH adds another build of the library (a candidate change), timed as fa2@NAME in
 the same rounds; scripts/compare_bench.py sets it beside the base.
 
@@ -90,7 +91,8 @@ def flops_forward(b, h, s, d, causal):
 
 
 def median_ms(fn):
-    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+    # 100 ms of back-to-back calls first, so the clock has settled at this implementation's load.
+    return do_bench(fn, warmup=100, rep=60, return_mode="median")
 
 
 def environment(command):
@@ -121,15 +123,20 @@ SDPA_BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBack
 
 def interleaved_medians(timers, rounds):
     """Each timer (a function returning milliseconds) run `rounds` times, the timers taking turns
-    within each round, so a slow drift of clocks or temperature touches every implementation alike.
-    Returns {name: median over the rounds} and {name: error} for the timers that raised."""
-    times, errors = {name: [] for name in timers}, {}
-    for _ in range(rounds):
-        for name, timer in timers.items():
+    within each round and each round starting one timer later than the one before. The H200's
+    clock follows its power draw: in a fixed order, an unchanged copy of our library timed fifth
+    ran 1-5 % slower than the same kernels timed first (docs/kernels.md), so no position is fixed. Every timer also warms up
+    on its own load first (median_ms). Returns {name: median over the rounds} and {name: error}
+    for the timers that raised."""
+    names = list(timers)
+    times, errors = {name: [] for name in names}, {}
+    for round_index in range(rounds):
+        start = round_index % len(names)
+        for name in names[start:] + names[:start]:
             if name in errors:
                 continue
             try:
-                times[name].append(timer())
+                times[name].append(timers[name]())
             except RuntimeError as error:
                 errors[name] = str(error).splitlines()[0]
     return {name: (sorted(t)[len(t) // 2] if t else None) for name, t in times.items()}, errors

@@ -97,13 +97,14 @@ step_compare() {
   # Candidate changes measured against the current tree in one run. Each patch of COMPARE_PATCHES
   # (`git diff` files taken at the repository root) is applied to this tree in turn, built
   # incrementally, its GPU tests run (COMPARE_TESTS: a ctest -R regex, default all of them) and its
-  # library kept; the patch is then reverted. The benchmark times the base and every variant in the
+  # library kept; the patch is then reverted. The benchmark times the base, every variant and a
+  # control (an unchanged copy of the base library: its spread from 1.0 is the noise floor) in the
   # same interleaved rounds (BENCH_ARGS; add --backward for the backward), and
   # scripts/compare_bench.py sets them side by side.
   local libs=/tmp/flashlab_compare lib=$BUILD/kernels/libflashlab_kernels_c.so patch name variants=()
   rm -rf $libs && mkdir -p $libs
   step_build
-  cp $lib $libs/base.so
+  cp $lib $libs/base.so && cp $lib $libs/control.so && variants+=(--variant "control=$libs/control.so")
   for patch in ${COMPARE_PATCHES:?compare needs COMPARE_PATCHES=\"<git diff file>...\"}; do
     name=$(basename "$patch" .patch)
     mkdir -p "$OUT/$name"
