@@ -1,6 +1,7 @@
 // FA2-generation forward: the host side. Checks what the kernel can do, fills its parameters
 // from the Problem and the device tensors, and dispatches to the instance for the padded head
-// dim (32, 64, ..., 256) and the dtype. The kernel is in 02_fa2_forward_kernel.cuh.
+// dim (32, 64, ..., 256) and the dtype, which picks its tiling for the shared-memory limit. The kernel is in 02_fa2_forward_kernel.cuh.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -15,16 +16,17 @@ namespace {
 constexpr const char* kName = "fa2_forward";
 
 template <typename T>
-void dispatch_head_dim(int padded_head_dim, const Fa2ForwardParams& params, int batch, cudaStream_t stream) {
+void dispatch_head_dim(int padded_head_dim, const Fa2ForwardParams& params, int batch, int shared_bytes_limit,
+                       cudaStream_t stream) {
   switch (padded_head_dim) {
-    case 32: return launch_fa2_forward<T, 32>(params, batch, stream);
-    case 64: return launch_fa2_forward<T, 64>(params, batch, stream);
-    case 96: return launch_fa2_forward<T, 96>(params, batch, stream);
-    case 128: return launch_fa2_forward<T, 128>(params, batch, stream);
-    case 160: return launch_fa2_forward<T, 160>(params, batch, stream);
-    case 192: return launch_fa2_forward<T, 192>(params, batch, stream);
-    case 224: return launch_fa2_forward<T, 224>(params, batch, stream);
-    case 256: return launch_fa2_forward<T, 256>(params, batch, stream);
+    case 32: return launch_fa2_forward<T, 32>(params, batch, shared_bytes_limit, stream);
+    case 64: return launch_fa2_forward<T, 64>(params, batch, shared_bytes_limit, stream);
+    case 96: return launch_fa2_forward<T, 96>(params, batch, shared_bytes_limit, stream);
+    case 128: return launch_fa2_forward<T, 128>(params, batch, shared_bytes_limit, stream);
+    case 160: return launch_fa2_forward<T, 160>(params, batch, shared_bytes_limit, stream);
+    case 192: return launch_fa2_forward<T, 192>(params, batch, shared_bytes_limit, stream);
+    case 224: return launch_fa2_forward<T, 224>(params, batch, shared_bytes_limit, stream);
+    case 256: return launch_fa2_forward<T, 256>(params, batch, shared_bytes_limit, stream);
   }
   throw std::logic_error("fa2_forward: no instance for padded head dim " + std::to_string(padded_head_dim));
 }
@@ -32,6 +34,10 @@ void dispatch_head_dim(int padded_head_dim, const Fa2ForwardParams& params, int 
 }  // namespace
 
 void fa2_forward(const Problem& problem, const ForwardArgs& args) {
+  fa2_forward_within(problem, args, max_shared_bytes_per_block());
+}
+
+void fa2_forward_within(const Problem& problem, const ForwardArgs& args, int shared_bytes_limit) {
   require_kernel_supported(problem, kName);
   if (problem.head_dim < 32 || problem.head_dim > 256 || problem.head_dim % 8 != 0) {
     throw std::invalid_argument(std::string(kName) + ": head_dim = " + std::to_string(problem.head_dim) +
@@ -62,10 +68,11 @@ void fa2_forward(const Problem& problem, const ForwardArgs& args) {
   params.reverse_blocks = problem.mask.causal ? 1 : 0;
 
   const int padded_head_dim = (problem.head_dim + 31) / 32 * 32;
+  const int limit = std::min(shared_bytes_limit, max_shared_bytes_per_block());
   if (problem.dtype == DType::bf16) {
-    dispatch_head_dim<__nv_bfloat16>(padded_head_dim, params, problem.batch, args.stream);
+    dispatch_head_dim<__nv_bfloat16>(padded_head_dim, params, problem.batch, limit, args.stream);
   } else {
-    dispatch_head_dim<__half>(padded_head_dim, params, problem.batch, args.stream);
+    dispatch_head_dim<__half>(padded_head_dim, params, problem.batch, limit, args.stream);
   }
 }
 

@@ -43,28 +43,37 @@ struct Fa2ForwardParams {
   int reverse_blocks;       // visit query blocks last-first (causal: heaviest first)
 };
 
-// Tile shapes per padded head dim (query rows x key columns, warps, query row tiles per warp,
-// pipeline stages). Each warp holds 16 * kMTiles rows: two 16-row tiles halve the shared-memory
-// traffic for K and V per FLOP, at the price of registers, so the widest head dims keep one.
-template <int kHeadDim>
+// Shared memory one thread block may opt into: an A100's 163 KB, an H100's or H200's 227 KB.
+constexpr int kAmpereSharedBytes = 163 * 1024;
+constexpr int kHopperSharedBytes = 227 * 1024;
+
+// Tile shapes per padded head dim and shared-memory budget (query rows x key columns, warps,
+// query row tiles per warp, pipeline stages). Each warp holds 16 * kMTiles rows: two 16-row tiles
+// halve the shared-memory traffic for K and V per FLOP, at the price of registers, so the head
+// dims above 128 keep one.
+template <int kHeadDim, int kSharedBudget>
 struct Fa2Tile {
-  static constexpr int kWarps = 4;
+  // Above d = 128, 8 warps share each 64-key block, so every K/V block read from shared memory
+  // serves 128 query rows (H200, d = 256: 1.04-1.14x over 4 warps on 32-key blocks). Where that
+  // does not fit the budget (d = 224 and 256 on an A100) 4 warps take 32-key blocks.
+  static constexpr bool kEightWarps = kHeadDim > 128 && (128 + 2 * 2 * 64) * (kHeadDim + 8) * 2 <= kSharedBudget;
+  static constexpr int kWarps = kEightWarps ? 8 : 4;
   static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  // Key columns per block: the widest head dims take 32 so two blocks fit an SM's shared memory
-  // (and d = 256 fits the 163 KB an A100 block may have).
-  static constexpr int kBlockN = kHeadDim <= 64 ? 128 : (kHeadDim <= 160 ? 64 : 32);
+  static constexpr int kBlockN = kHeadDim <= 64 ? 128 : (kHeadDim <= 160 || kEightWarps ? 64 : 32);
+  static constexpr int kMinBlocksPerSm = kEightWarps ? 1 : 2;
   static constexpr int kStages = kHeadDim <= 32 ? 3 : 2;
   static constexpr bool kQInRegisters = kHeadDim <= 32;
   static constexpr int kRowStride = kHeadDim + 8;  // padded rows: ldmatrix reads hit 8 different banks
   static constexpr int kSharedBytes = (kBlockM + 2 * kStages * kBlockN) * kRowStride * 2;
 };
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward_kernel(const Fa2ForwardParams p) {
+template <typename T, int kHeadDim, int kSharedBudget>
+__global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32, Fa2Tile<kHeadDim, kSharedBudget>::kMinBlocksPerSm)
+    fa2_forward_kernel(const Fa2ForwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace device;
-  using Tile = Fa2Tile<kHeadDim>;
+  using Tile = Fa2Tile<kHeadDim, kSharedBudget>;
   constexpr int kWarps = Tile::kWarps, kMTiles = Tile::kMTiles, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   constexpr int kStages = Tile::kStages, kStride = Tile::kRowStride, kThreads = kWarps * 32;
   constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
@@ -363,9 +372,9 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim>::kWarps * 32, 2) fa2_forward
 #endif
 }
 
-// Launches the kernel for one (element type, padded head dim); instantiated in
-// kernels/fa2_forward_instances/.
+// Launches the kernel for one (element type, padded head dim) with the widest tiling the device's
+// shared memory allows; instantiated in kernels/fa2_forward_instances/.
 template <typename T, int kHeadDim>
-void launch_fa2_forward(const Fa2ForwardParams& params, int batch, cudaStream_t stream);
+void launch_fa2_forward(const Fa2ForwardParams& params, int batch, int shared_bytes_limit, cudaStream_t stream);
 
 }  // namespace flashlab::kernels

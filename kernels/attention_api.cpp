@@ -54,6 +54,13 @@ void require_compute_capability(int major, int minor, const char* kernel_name) {
   }
 }
 
+int max_shared_bytes_per_block() {
+  int device = 0, bytes = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  return bytes;
+}
+
 void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const char* kernel_name,
                     std::size_t alignment_bytes, int stride_multiple) {
   if (tensor.data == nullptr) refuse(kernel_name, std::string(tensor_name) + " is null; allowed: a device pointer");

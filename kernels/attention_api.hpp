@@ -73,7 +73,11 @@ std::size_t fa1_forward_workspace_bytes(const Problem& problem);
 
 // Generation 2 (kernels/02_fa2_forward.cu): FA2 forward. bf16 and fp16, head_dim 32..256 in
 // multiples of 8, causal (both alignments), sliding windows, GQA/MQA, varlen. cc >= 8.0.
+// The tiling of head dims above 128 depends on the shared memory a block may take (an A100's
+// 163 KB, a Hopper's 227 KB): fa2_forward_within picks it for a device whose limit is
+// min(shared_bytes_limit, this device's), which lets the tests run an A100's tiling on a Hopper.
 void fa2_forward(const Problem& problem, const ForwardArgs& args);
+void fa2_forward_within(const Problem& problem, const ForwardArgs& args, int shared_bytes_limit);
 
 // Generation 2 backward (kernels/03_fa2_backward.cu).
 void fa2_backward(const Problem& problem, const BackwardArgs& args);
@@ -88,6 +92,8 @@ std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool determinis
 void require_kernel_supported(const Problem& problem, const char* kernel_name);
 // The current device's compute capability is at least major.minor.
 void require_compute_capability(int major, int minor, const char* kernel_name);
+// The shared memory one block may opt into on the current device, in bytes.
+int max_shared_bytes_per_block();
 // Non-null data, alignment to `alignment_bytes`, strides multiples of `stride_multiple` elements.
 void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const char* kernel_name,
                     std::size_t alignment_bytes, int stride_multiple);
