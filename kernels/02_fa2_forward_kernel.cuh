@@ -1,5 +1,6 @@
 // The FA2-generation forward kernel (FlashAttention-2, Dao 2023, Algorithm 1), templated on the
-// element type and the padded head dimension; kernels/02_fa2_forward.cu dispatches to it and the
+// element type, the padded head dimension and the shared-memory budget its tiling must fit
+// (Fa2Tile); kernels/02_fa2_forward.cu dispatches to it and the
 // files in kernels/fa2_forward_instances/ instantiate it, one head dimension per file so the
 // build compiles them in parallel.
 //
@@ -56,7 +57,8 @@ struct Fa2Tile {
   // Above d = 128, 8 warps share each 64-key block, so every K/V block read from shared memory
   // serves 128 query rows (H200, d = 256: 1.04-1.14x over 4 warps on 32-key blocks). Where that
   // does not fit the budget (d = 224 and 256 on an A100) 4 warps take 32-key blocks.
-  static constexpr bool kEightWarps = kHeadDim > 128 && (128 + 2 * 2 * 64) * (kHeadDim + 8) * 2 <= kSharedBudget;
+  static constexpr bool kEightWarps =
+      kHeadDim > 128 && (128 + 2 * 2 * 64) * (kHeadDim + 8) * 2 <= kSharedBudget;
   static constexpr int kWarps = kEightWarps ? 8 : 4;
   static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
   static constexpr int kBlockM = 16 * kMTiles * kWarps;
@@ -69,7 +71,8 @@ struct Fa2Tile {
 };
 
 template <typename T, int kHeadDim, int kSharedBudget>
-__global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32, Fa2Tile<kHeadDim, kSharedBudget>::kMinBlocksPerSm)
+__global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
+                                  Fa2Tile<kHeadDim, kSharedBudget>::kMinBlocksPerSm)
     fa2_forward_kernel(const Fa2ForwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace device;

@@ -26,10 +26,14 @@ template <typename T, int kHeadDim>
 void launch_fa2_forward(const Fa2ForwardParams& params, int batch, int shared_bytes_limit, cudaStream_t stream) {
   using Hopper = Fa2Tile<kHeadDim, kHopperSharedBytes>;
   using Ampere = Fa2Tile<kHeadDim, kAmpereSharedBytes>;
-  if (Hopper::kSharedBytes <= shared_bytes_limit) return launch_fa2_forward_tiled<T, kHeadDim, kHopperSharedBytes>(params, batch, stream);
+  if (Hopper::kSharedBytes <= shared_bytes_limit) {
+    return launch_fa2_forward_tiled<T, kHeadDim, kHopperSharedBytes>(params, batch, stream);
+  }
   // Head dims whose tiling is the same under both budgets compile one kernel.
   if constexpr (Hopper::kEightWarps != Ampere::kEightWarps) {
-    if (Ampere::kSharedBytes <= shared_bytes_limit) return launch_fa2_forward_tiled<T, kHeadDim, kAmpereSharedBytes>(params, batch, stream);
+    if (Ampere::kSharedBytes <= shared_bytes_limit) {
+      return launch_fa2_forward_tiled<T, kHeadDim, kAmpereSharedBytes>(params, batch, stream);
+    }
   }
   throw std::invalid_argument("fa2_forward: head_dim = " + std::to_string(params.head_dim) + " needs " +
                               std::to_string(std::min(Hopper::kSharedBytes, Ampere::kSharedBytes)) +
