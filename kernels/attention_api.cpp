@@ -54,6 +54,18 @@ void require_compute_capability(int major, int minor, const char* kernel_name) {
   }
 }
 
+void require_compute_capability_exactly(int major, int minor, const char* kernel_name) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  int have_major = 0, have_minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&have_major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&have_minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  if (have_major != major || have_minor != minor) {
+    refuse(kernel_name, "device compute capability " + std::to_string(have_major) + "." + std::to_string(have_minor) +
+                            " is not supported; allowed: exactly " + std::to_string(major) + "." + std::to_string(minor));
+  }
+}
+
 int max_shared_bytes_per_block() {
   int device = 0, bytes = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");

@@ -83,6 +83,26 @@ void fa2_forward_within(const Problem& problem, const ForwardArgs& args, int sha
 void fa2_backward(const Problem& problem, const BackwardArgs& args);
 std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool deterministic);
 
+// Generation 3 (kernels/03_fa3_sm90/): the FA3 forward on Hopper: TMA, wgmma, a producer
+// warpgroup feeding consumer warpgroups, ping-pong, intra-warpgroup overlap, a persistent grid.
+// bf16 and fp16, head_dim multiples of 8 in [8, 256] (instances for 64, 96, 128, 192, 256),
+// causal (both alignments), sliding windows, GQA/MQA, varlen. Compute capability exactly 9.0,
+// and a build with sm_90a code; LSE is always written.
+void fa3_forward(const Problem& problem, const ForwardArgs& args);
+
+// The FA3 forward's techniques that can be switched off, one step each (the ablation of
+// docs/kernels.md). Warp specialization (a TMA producer warpgroup feeding consumer warpgroups) is
+// always on.
+struct Fa3Steps {
+  bool ping_pong = true;                // consumer warpgroups take turns issuing their GEMMs
+  bool intra_warpgroup_overlap = true;  // the softmax of block j while S_{j+1} and P_j V_j run
+  bool persistent = true;               // one block per SM walks the tiles
+  constexpr bool operator==(const Fa3Steps&) const = default;
+};
+// fa3_forward with some steps off: all on, or at head_dim 128 in bf16 the ablation's step sets
+// {0,0,0}, {1,0,0}, {1,1,0} and {0,1,1} (ping_pong, intra_warpgroup_overlap, persistent).
+void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa3Steps& steps);
+
 // ---------------------------------------------------------------------------------------------
 // Checks shared by the generations (kernels/attention_api.cu). Each throws std::invalid_argument
 // naming the input and the allowed range.
@@ -92,6 +112,8 @@ std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool determinis
 void require_kernel_supported(const Problem& problem, const char* kernel_name);
 // The current device's compute capability is at least major.minor.
 void require_compute_capability(int major, int minor, const char* kernel_name);
+// The current device's compute capability is exactly major.minor (sm_90a code runs on 9.0 only).
+void require_compute_capability_exactly(int major, int minor, const char* kernel_name);
 // The shared memory one block may opt into on the current device, in bytes.
 int max_shared_bytes_per_block();
 // Non-null data, alignment to `alignment_bytes`, strides multiples of `stride_multiple` elements.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/03_fa3_sm90/gemm.hpp"
 #include "kernels/attention_api.hpp"
 
 namespace {
@@ -83,29 +84,56 @@ flashlab::Problem to_problem(const FlashlabProblem& p) {
   return problem;
 }
 
+flashlab::kernels::ForwardArgs forward_args(const FlashlabProblem& problem, void* q, const std::int64_t* q_strides,
+                                             void* k, const std::int64_t* k_strides, void* v,
+                                             const std::int64_t* v_strides, void* o, const std::int64_t* o_strides,
+                                             float* lse, const std::int64_t* lse_strides, void* stream) {
+  flashlab::kernels::ForwardArgs args;
+  args.q = tensor(q, q_strides), args.k = tensor(k, k_strides), args.v = tensor(v, v_strides);
+  args.o = tensor(o, o_strides), args.lse = tensor(lse, lse_strides);
+  args.cu_seqlens_q = problem.cu_seqlens_q_device, args.cu_seqlens_k = problem.cu_seqlens_k_device;
+  args.stream = static_cast<cudaStream_t>(stream);
+  return args;
+}
+
 }  // namespace
 
 extern "C" {
 
-// generation: 1 = FA1 forward, 2 = FA2 forward.
+// generation: 1 = FA1 forward, 2 = FA2 forward, 3 = FA3 forward (Hopper).
 int flashlab_forward(int generation, const FlashlabProblem* problem, void* q, const std::int64_t* q_strides, void* k,
                      const std::int64_t* k_strides, void* v, const std::int64_t* v_strides, void* o,
                      const std::int64_t* o_strides, float* lse, const std::int64_t* lse_strides, void* stream) {
   return guarded([&] {
     const flashlab::Problem p = to_problem(*problem);
-    flashlab::kernels::ForwardArgs args;
-    args.q = tensor(q, q_strides), args.k = tensor(k, k_strides), args.v = tensor(v, v_strides);
-    args.o = tensor(o, o_strides), args.lse = tensor(lse, lse_strides);
-    args.cu_seqlens_q = problem->cu_seqlens_q_device, args.cu_seqlens_k = problem->cu_seqlens_k_device;
-    args.stream = static_cast<cudaStream_t>(stream);
+    const auto args = forward_args(*problem, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_strides, stream);
     if (generation == 1) {
       flashlab::kernels::fa1_forward(p, args);
     } else if (generation == 2) {
       flashlab::kernels::fa2_forward(p, args);
+    } else if (generation == 3) {
+      flashlab::kernels::fa3_forward(p, args);
     } else {
-      throw std::invalid_argument("generation = " + std::to_string(generation) + "; allowed: 1 (FA1), 2 (FA2)");
+      throw std::invalid_argument("generation = " + std::to_string(generation) + "; allowed: 1 (FA1), 2 (FA2), 3 (FA3)");
     }
   });
+}
+
+// The FA3 forward with some of its steps off (each flag 0 or 1), for the ablation.
+int flashlab_fa3_forward_steps(int ping_pong, int intra_warpgroup_overlap, int persistent,
+                               const FlashlabProblem* problem, void* q, const std::int64_t* q_strides, void* k,
+                               const std::int64_t* k_strides, void* v, const std::int64_t* v_strides, void* o,
+                               const std::int64_t* o_strides, float* lse, const std::int64_t* lse_strides, void* stream) {
+  return guarded([&] {
+    const flashlab::Problem p = to_problem(*problem);
+    const auto args = forward_args(*problem, q, q_strides, k, k_strides, v, v_strides, o, o_strides, lse, lse_strides, stream);
+    flashlab::kernels::fa3_forward_steps(p, args, {ping_pong != 0, intra_warpgroup_overlap != 0, persistent != 0});
+  });
+}
+
+// The Hopper rung's GEMM: C [m, n] = A [m, k] B [n, k]^T, bf16, contiguous row-major.
+int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, void* stream) {
+  return guarded([&] { flashlab::kernels::sm90_gemm_bf16(a, b, c, m, n, k, static_cast<cudaStream_t>(stream)); });
 }
 
 // FA2 backward: dQ, dK, dV from Q, K, V, O, LSE and dO (workspace allocated by the call).

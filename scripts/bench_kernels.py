@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Benchmark FlashLab's attention kernels against PyTorch SDPA's flash, cuDNN and
-memory-efficient backends on the same tensors, in one run on one GPU.
+memory-efficient backends and FlashAttention-4 on the same tensors, in one run on one GPU.
 
 Our kernels are called through the C ABI of libflashlab_kernels_c.so (kernels/c_api.cpp) with
-ctypes, on the very PyTorch tensors that SDPA gets ([batch, heads, seqlen, dim], bf16). TFLOP/s use
-the flash-attention convention: forward 4 * b * h * s^2 * d, halved when causal; backward 2.5x the
-forward. Times are medians of CUDA-event timings (triton.testing.do_bench) after 100 ms of warm-up
-on the same call; every implementation of a problem is timed in each of --rounds interleaved
-rounds, in an order that rotates from round to round, and the median round is reported, so a
-drift of clocks touches all alike. The bf16 matmul ceiling (8192^3) is measured in the same run.
---variant NAME=PATH adds another build of the library (a candidate change), timed as fa2@NAME in
-the same rounds; scripts/compare_bench.py sets it beside the base.
+ctypes, on the very PyTorch tensors that SDPA gets ([batch, heads, seqlen, dim], bf16; "fa3_fp16"
+times our Hopper kernel on fp16 copies). FlashAttention-4 (the flash-attn-4 package, its sm90 path
+on Hopper) is timed when it imports, on [batch, seqlen, heads, dim] copies of the same data.
+TFLOP/s use the flash-attention convention: forward 4 * b * h * s^2 * d, halved when causal;
+backward 2.5x the forward. Times are medians of CUDA-event timings (triton.testing.do_bench) after
+100 ms of warm-up on the same call; every implementation of a problem is timed in each of --rounds
+interleaved rounds, in an order that rotates from round to round, and the median round is
+reported, so a drift of clocks touches all alike. The bf16 matmul ceiling (8192^3) is measured in
+the same run.
+--variant NAME=PATH adds another build of the library (a candidate change), its FA2 and FA3 timed
+as fa2@NAME and fa3@NAME in the same rounds; scripts/compare_bench.py sets them beside the base.
+--ablation times the FA3 forward with its steps switched on one by one (d 128, causal and not,
+2k and 16k); --gemm times the Hopper rung's GEMM beside torch's bf16 matmul.
 
 Usage (on the GPU machine, after building the kernels):
   python3 scripts/bench_kernels.py --lib build/device/kernels/libflashlab_kernels_c.so \
@@ -50,6 +55,7 @@ class Flashlab:
         self.lib = ctypes.CDLL(path)
         self.lib.flashlab_last_error.restype = ctypes.c_char_p
         self.has_backward = hasattr(self.lib, "flashlab_backward")
+        self.has_fa3 = hasattr(self.lib, "flashlab_fa3_forward_steps")
 
     @staticmethod
     def strides(t):  # (batch, row, head) strides in elements of a [b, h, s, d] tensor
@@ -74,6 +80,24 @@ class Flashlab:
             generation, ctypes.byref(p), ctypes.c_void_p(q.data_ptr()), self.strides(q),
             ctypes.c_void_p(k.data_ptr()), self.strides(k), ctypes.c_void_p(v.data_ptr()), self.strides(v),
             ctypes.c_void_p(o.data_ptr()), self.strides(o), ctypes.c_void_p(lse.data_ptr()), lse_strides, stream))
+
+    def forward_steps(self, steps, q, k, v, o, lse, causal):
+        """The FA3 forward with the ablation's steps (ping_pong, overlap, persistent), each 0 or 1."""
+        p = self.problem(q, k, causal)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        lse_strides = (ctypes.c_int64 * 3)(lse.stride(0), lse.stride(2), lse.stride(1))
+        self._check(self.lib.flashlab_fa3_forward_steps(
+            *steps, ctypes.byref(p), ctypes.c_void_p(q.data_ptr()), self.strides(q),
+            ctypes.c_void_p(k.data_ptr()), self.strides(k), ctypes.c_void_p(v.data_ptr()), self.strides(v),
+            ctypes.c_void_p(o.data_ptr()), self.strides(o), ctypes.c_void_p(lse.data_ptr()), lse_strides, stream))
+
+    def gemm(self, a, b, c):
+        """C = A B^T on the Hopper rung's GEMM (bf16, contiguous)."""
+        m, k = a.shape
+        n = b.shape[0]
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self._check(self.lib.flashlab_sm90_gemm_bf16(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
+                                                     ctypes.c_void_p(c.data_ptr()), m, n, k, stream))
 
     def backward(self, q, k, v, o, lse, do, dq, dk, dv, causal):
         p = self.problem(q, k, causal)
@@ -158,6 +182,81 @@ def sdpa_backward_timer(backend, q, k, v, do, causal):
     return timer
 
 
+def flash_attn_4():
+    """FlashAttention-4's forward, or None when flash-attn-4 does not import here."""
+    try:
+        from flash_attn.cute import flash_attn_func  # noqa: PLC0415 - optional anchor
+    except Exception as error:  # noqa: BLE001 - recorded, not fatal
+        print(f"FlashAttention-4 not timed: {type(error).__name__}: {error}", flush=True)
+        return None
+    return flash_attn_func
+
+
+def fa4_version():
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+        return version("flash-attn-4")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def gemm_check(lib, rounds):
+    """Our Hopper GEMM beside torch's bf16 matmul, interleaved, at 8192^3 and 4096^3."""
+    rows = []
+    for size in (4096, 8192):
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lib.gemm(a, b, c)
+        reference = a.float() @ b.float().T
+        error = ((c.float() - reference).abs().max() / reference.abs().max()).item()
+        timers = {"sm90_gemm": lambda: median_ms(lambda: lib.gemm(a, b, c)),
+                  "torch_matmul": lambda: median_ms(lambda: a @ b.T)}
+        medians, errors = interleaved_medians(timers, rounds)
+        tflops = {name: (None if ms is None else 2 * size ** 3 / ms / 1e9) for name, ms in medians.items()}
+        row = {"size": size, "tflops": tflops, "max_rel_error": error, "errors": errors}
+        if tflops.get("sm90_gemm") and tflops.get("torch_matmul"):
+            row["ratio"] = tflops["sm90_gemm"] / tflops["torch_matmul"]
+        rows.append(row)
+        print(f"gemm {size}^3: ours {tflops['sm90_gemm']:.0f} TFLOP/s, torch {tflops['torch_matmul']:.0f}, "
+              f"ratio {row.get('ratio', float('nan')):.3f}, max rel error {error:.2e}", flush=True)
+    return rows
+
+
+# The ablation: FA3's steps added one at a time (ping_pong, intra_warpgroup_overlap, persistent).
+ABLATION_STEPS = {"ws_only": (0, 0, 0), "+ping_pong": (1, 0, 0), "+intra_wg_overlap": (1, 1, 0),
+                  "+persistent (full)": (1, 1, 1), "full without ping_pong": (0, 1, 1)}
+
+
+def ablation(lib, args):
+    rows = []
+    for causal in (False, True):
+        for s in (2048, 16384):
+            d = 128
+            b, h = max(1, args.tokens // s), args.hidden // d
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            o = torch.empty_like(q)
+            lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            timers, diffs = {}, {}
+            for name, steps in ABLATION_STEPS.items():
+                o.fill_(float("nan"))
+                lib.forward_steps(steps, q, k, v, o, lse, causal)
+                diffs[name] = (o.float() - reference.float()).abs().max().item()
+                timers[name] = lambda steps=steps: median_ms(lambda: lib.forward_steps(steps, q, k, v, o, lse, causal))
+            medians, errors = interleaved_medians(timers, args.rounds)
+            flops = flops_forward(b, h, s, d, causal)
+            row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
+                   "fwd": {n: (None if ms is None else flops / ms / 1e9) for n, ms in medians.items()},
+                   "max_abs_diff_vs_sdpa_flash": diffs, "errors": errors}
+            rows.append(row)
+            print(f"ablation d=128 causal={int(causal)} s={s:5d}  " +
+                  " ".join(f"{n}={x:.0f}" for n, x in row["fwd"].items() if x is not None), flush=True)
+            del q, k, v, o, lse
+    return rows
+
+
 def run(args):
     torch.manual_seed(0)
     # Our library first, then the variants (--variant NAME=PATH): their FA2 is timed as "fa2@NAME".
@@ -172,6 +271,12 @@ def run(args):
               "rows": []}
     result["matmul_bf16_8192_tflops"] = matmul_ceiling()
     print(f"bf16 8192^3 matmul: {result['matmul_bf16_8192_tflops']:.0f} TFLOP/s", flush=True)
+    fa4 = flash_attn_4() if not args.no_fa4 else None
+    result["environment"]["flash_attn_4"] = fa4_version() if fa4 is not None else None
+    if args.gemm and lib.has_fa3:
+        result["gemm"] = gemm_check(lib, args.rounds)
+    if args.ablation and lib.has_fa3:
+        result["ablation"] = ablation(lib, args)
     for d in args.head_dims:
         for causal in (False, True):
             for s in args.seqlens:
@@ -186,16 +291,43 @@ def run(args):
                 # Ours, forward (FA2; FA1 where it applies: fp16 only, so on fp16 copies of the same data).
                 timers = {}
                 for name, impl in libs.items():
-                    o.fill_(float("nan"))
-                    impl.forward(2, q, k, v, o, lse, causal)
-                    row[f"{name}_max_abs_diff_vs_sdpa_flash"] = (o.float() - reference.float()).abs().max().item()
-                    timers[name] = lambda impl=impl: median_ms(lambda: impl.forward(2, q, k, v, o, lse, causal))
-                if d <= 128 and s <= args.fa1_max_seqlen:
+                    generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and "fa3" in args.generations else [])
+                    for generation_name, generation in generations:
+                        if generation_name not in args.generations:
+                            continue
+                        label = name.replace("fa2", generation_name, 1)
+                        o.fill_(float("nan"))
+                        impl.forward(generation, q, k, v, o, lse, causal)
+                        row[f"{label}_max_abs_diff_vs_sdpa_flash"] = (o.float() - reference.float()).abs().max().item()
+                        timers[label] = lambda impl=impl, generation=generation: median_ms(
+                            lambda: impl.forward(generation, q, k, v, o, lse, causal))
+                if lib.has_fa3 and "fa3" in args.generations and args.fp16:
+                    q16, k16, v16 = q.half(), k.half(), v.half()
+                    o16 = torch.full_like(q16, float("nan"))
+                    lib.forward(3, q16, k16, v16, o16, lse, causal)
+                    row["fa3_fp16_max_abs_diff_vs_sdpa_flash"] = (o16.float() - reference.float()).abs().max().item()
+                    timers["fa3_fp16"] = lambda: median_ms(lambda: lib.forward(3, q16, k16, v16, o16, lse, causal))
+                if fa4 is not None:
+                    q4, k4, v4 = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # [b, s, h, d]
+                    try:
+                        with torch.no_grad():
+                            o4 = fa4(q4, k4, v4, causal=causal)
+                        o4 = o4[0] if isinstance(o4, tuple) else o4
+                        row["fa4_max_abs_diff_vs_sdpa_flash"] = (o4.transpose(1, 2).float() - reference.float()).abs().max().item()
+
+                        def fa4_timer():
+                            with torch.no_grad():
+                                return median_ms(lambda: fa4(q4, k4, v4, causal=causal))
+                        timers["fa4"] = fa4_timer
+                    except Exception as error:  # noqa: BLE001 - recorded in the row
+                        row.setdefault("errors", {})["fwd fa4"] = f"{type(error).__name__}: {error}".splitlines()[0]
+                if d <= 128 and s <= args.fa1_max_seqlen and "fa1" in args.generations:
                     q16, k16, v16 = q.half(), k.half(), v.half()
                     o16 = torch.empty_like(q16)
                     timers["fa1_fp16"] = lambda: median_ms(lambda: lib.forward(1, q16, k16, v16, o16, lse, causal))
                 for name, backend in SDPA_BACKENDS.items():
-                    timers[name] = sdpa_forward_timer(backend, q, k, v, causal)
+                    if name in args.sdpa:
+                        timers[name] = sdpa_forward_timer(backend, q, k, v, causal)
                 medians, errors = interleaved_medians(timers, args.rounds)
                 row["fwd"] = {name: (None if ms is None else fwd_flops / ms / 1e9) for name, ms in medians.items()}
                 for name, error in errors.items():
@@ -211,7 +343,8 @@ def run(args):
                             timers[name] = lambda impl=impl: median_ms(
                                 lambda: impl.backward(q, k, v, o, lse, do, dq, dk, dv, causal))
                     for name, backend in SDPA_BACKENDS.items():
-                        timers[name] = sdpa_backward_timer(backend, q, k, v, do, causal)
+                        if name in args.sdpa:
+                            timers[name] = sdpa_backward_timer(backend, q, k, v, do, causal)
                     medians, errors = interleaved_medians(timers, args.rounds)
                     row["bwd"] = {name: (None if ms is None else bwd_flops / ms / 1e9) for name, ms in medians.items()}
                     for name, error in errors.items():
@@ -221,31 +354,59 @@ def run(args):
                 print(f"d={d:3d} causal={int(causal)} s={s:5d}  fwd " +
                       " ".join(f"{n}={fmt(x)}" for n, x in row["fwd"].items()) +
                       ("  bwd " + " ".join(f"{n}={fmt(x)}" for n, x in row["bwd"].items()) if row["bwd"] else "") +
-                      f"  |O-O_sdpa|max={row['fa2_max_abs_diff_vs_sdpa_flash']:.2e}", flush=True)
+                      "  |O-O_sdpa|max " + " ".join(f"{key.split('_max')[0]}={value:.1e}" for key, value in row.items()
+                                                     if key.endswith("_max_abs_diff_vs_sdpa_flash")), flush=True)
                 del q, k, v, o, lse
     return result
 
 
 def markdown(result):
     env = result["environment"]
+    fa4 = env.get("flash_attn_4")
     lines = [f"{env['gpu']}, driver {env['driver']}, CUDA {env['cuda']}, PyTorch {env['pytorch']}, cuDNN {env['cudnn']}, "
-             f"{env['date']}; bf16 matmul ceiling {result['matmul_bf16_8192_tflops']:.0f} TFLOP/s. TFLOP/s "
-             f"(ratio of FA2 to each anchor).", ""]
+             f"FlashAttention-4 {fa4 or 'not installed'}, {env['date']}; bf16 matmul ceiling "
+             f"{result['matmul_bf16_8192_tflops']:.0f} TFLOP/s. TFLOP/s, and ratios of ours to each anchor.", ""]
+    fmt = lambda v: "-" if v is None else f"{v:.0f}"
     for direction in ("fwd", "bwd"):
         rows = [r for r in result["rows"] if r[direction]]
         if not rows:
             continue
+        ours = "fa3" if any(r[direction].get("fa3") for r in rows) else "fa2"
+        columns = [c for c in ("fa3", "fa3_fp16", "fa2", "fa1_fp16", "fa4", "sdpa_cudnn", "sdpa_flash", "sdpa_mem_efficient")
+                   if any(r[direction].get(c) for r in rows)]
+        anchors = [c for c in ("sdpa_cudnn", "fa4", "sdpa_flash") if c in columns]
+        ratios = [(ours, a) for a in anchors] + ([("fa2", "sdpa_flash")] if ours != "fa2" and "fa2" in columns else [])
         lines += [f"**{direction}**", "",
-                  "| d | causal | seqlen | FA2 (ours) | FA1 (ours, fp16) | SDPA flash | SDPA cuDNN | SDPA mem-eff | "
-                  "FA2 / flash | FA2 / cuDNN | FA2 / mem-eff |", "|" + " --- |" * 11]
+                  "| d | causal | seqlen | " + " | ".join(columns) + " | " +
+                  " | ".join(f"{a} / {b}" for a, b in ratios) + " |",
+                  "|" + " --- |" * (3 + len(columns) + len(ratios))]
         for r in rows:
             x = r[direction]
-            fmt = lambda v: "-" if v is None else f"{v:.0f}"
-            ratio = lambda a: "-" if x.get("fa2") is None or not x.get(a) else f"{x['fa2'] / x[a]:.2f}"
-            lines.append(f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {fmt(x.get('fa2'))} | "
-                         f"{fmt(x.get('fa1_fp16'))} | {fmt(x.get('sdpa_flash'))} | {fmt(x.get('sdpa_cudnn'))} | "
-                         f"{fmt(x.get('sdpa_mem_efficient'))} | {ratio('sdpa_flash')} | {ratio('sdpa_cudnn')} | "
-                         f"{ratio('sdpa_mem_efficient')} |")
+            ratio = lambda a, b: "-" if not x.get(a) or not x.get(b) else f"{x[a] / x[b]:.2f}"
+            lines.append(f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | " +
+                         " | ".join(fmt(x.get(c)) for c in columns) + " | " +
+                         " | ".join(ratio(a, b) for a, b in ratios) + " |")
+        lines.append("")
+    if result.get("ablation"):
+        names = list(ABLATION_STEPS)
+        lines += ["**FA3 forward ablation** (d 128, bf16; TFLOP/s, and each step's gain over the row before)", "",
+                  "| causal | seqlen | " + " | ".join(names) + " |", "|" + " --- |" * (2 + len(names))]
+        for r in result["ablation"]:
+            x = r["fwd"]
+            cells = []
+            for i, name in enumerate(names):
+                gain = "" if i == 0 or i == len(names) - 1 or not x.get(names[i - 1]) or not x.get(name) \
+                    else f" ({x[name] / x[names[i - 1]]:.2f}x)"
+                cells.append(fmt(x.get(name)) + gain)
+            lines.append(f"| {'yes' if r['causal'] else 'no'} | {r['seqlen']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if result.get("gemm"):
+        lines += ["**Hopper rung GEMM** (bf16, C = A B^T)", "", "| size | ours | torch | ours / torch | max rel error |",
+                  "| --- | --- | --- | --- | --- |"]
+        for r in result["gemm"]:
+            t = r["tflops"]
+            lines.append(f"| {r['size']}^3 | {fmt(t.get('sm90_gemm'))} | {fmt(t.get('torch_matmul'))} | "
+                         f"{r.get('ratio', float('nan')):.3f} | {r['max_rel_error']:.1e} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -264,7 +425,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved timing rounds per problem (the median is reported)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
-                        help="another build of libflashlab_kernels_c.so, its FA2 timed as fa2@NAME in the same rounds")
+                        help="another build of libflashlab_kernels_c.so, its FA2 (FA3) timed as fa2@NAME (fa3@NAME)")
+    parser.add_argument("--generations", nargs="+", default=["fa1", "fa2", "fa3"], choices=["fa1", "fa2", "fa3"],
+                        help="which of our kernel generations to time")
+    parser.add_argument("--sdpa", nargs="+", default=list(SDPA_BACKENDS), choices=list(SDPA_BACKENDS),
+                        help="which SDPA backends to time")
+    parser.add_argument("--fp16", action="store_true", help="also time our FA3 on fp16 copies of the inputs")
+    parser.add_argument("--no-fa4", action="store_true", help="do not time FlashAttention-4 even if it imports")
+    parser.add_argument("--ablation", action="store_true", help="time the FA3 forward's steps one by one (d 128)")
+    parser.add_argument("--gemm", action="store_true", help="time the Hopper rung's GEMM beside torch's matmul")
     args = parser.parse_args()
     result = run(args)
     with open(args.json, "w") as f:

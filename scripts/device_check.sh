@@ -3,8 +3,10 @@
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
-# bench (forward and backward) bench-fwd example ncu ncu-bwd sanitize compare (default: build tests
-# bench). compare: COMPARE_PATCHES="<git diff file>..." scripts/device_check.sh compare
+# tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
+# sanitize-sm90 fa4 compare (default: build tests bench). compare: COMPARE_PATCHES="<git diff
+# file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
+# bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -16,8 +18,8 @@ status=0
 step_build() {
   start=$(date +%s)
   cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_BUILD_VIZ=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
-    >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-  cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels flashlab_kernels_c fa2_forward_bench test_fa2_backward_bench} -j16 >>"$OUT/build.log" 2>&1 \
+    -DFLASHLAB_TRAP_HANGS=${TRAP_HANGS:-OFF} >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels test_sm90_primitives flashlab_kernels_c fa2_forward_bench test_fa2_backward_bench} -j16 >>"$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
   echo "build (sm_90a, -j16): $(( $(date +%s) - start )) s"
 }
@@ -33,6 +35,49 @@ step_tests() {
   grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$OUT/tests.log" | head -20
   grep -E "FAILED|REFUSED" "$OUT/tests.log" | head -20
 }
+step_tests_sm90() {
+  # The Hopper rung alone: its primitives, then the FA3 forward grid, each under a time limit.
+  start=$(date +%s)
+  (cd $BUILD && ctest -L gpu -R "sm90_primitives|fa3_forward" --output-on-failure --timeout 300) >"$OUT/tests_sm90.log" 2>&1 || status=1
+  echo "sm90 tests: status $status in $(( $(date +%s) - start )) s"
+  grep -E "tests passed|Passed|Failed|\*\*\*|Timeout" "$OUT/tests_sm90.log" | head -20
+  grep -E -B2 -A12 "FAILED|REFUSED" "$OUT/tests_sm90.log" | head -60
+}
+step_ptxas() {
+  # The Hopper kernels' resource report: 0 spill bytes and none of the warnings that mean wgmma was
+  # serialised or setmaxnreg ignored (C7508, C7511, C7513, C7515, C7519); and HGMMA in the SASS.
+  local log=$OUT/ptxas.log bad=0
+  : >"$log"
+  for source in kernels/03_fa3_sm90/forward_instances/*.cu kernels/03_fa3_sm90/gemm_host.cu; do
+    nvcc -std=c++20 -O3 --use_fast_math -DFLASHLAB_HAVE_SM90A -gencode=arch=compute_90a,code=sm_90a -I. \
+      -I/usr/include/eigen3 -Xptxas -v -c "$source" -o /tmp/ptxas_check.o >>"$log" 2>&1 || bad=1
+    echo "$source: $(cuobjdump --dump-sass /tmp/ptxas_check.o | grep -c HGMMA) HGMMA instructions" | tee -a "$log"
+  done
+  grep -E "C75(08|11|13|15|19)" "$log" && bad=1
+  grep -E "spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" && bad=1
+  grep -q " 0 HGMMA" "$log" && bad=1
+  echo "ptxas check: $([ $bad = 0 ] && echo clean || echo FAILED) ($(grep -c 'spill' "$log") kernels, $(grep -oE 'Used [0-9]+ registers' "$log" | sort | uniq -c | tr '\n' ' '))"
+  [ $bad = 0 ] || status=1
+}
+step_fa4() {
+  # FlashAttention-4 from carried wheels (.whl/), installed into /tmp/site. Its 92 MB libs-cu13
+  # wheel travels in two calls: the first carries .whl_a/ and leaves its part a in /tmp, the second carries .whl/ with part b.
+  if python3 -c "import sys; sys.path[:0] = ['/tmp/site', '/tmp/site/nvidia_cutlass_dsl/dsl_packages']; import flash_attn.cute" 2>/dev/null; then
+    echo "fa4: already installed"; return
+  fi
+  cp .whl_a/*.part-a /tmp/ 2>/dev/null || true
+  local parts=(/tmp/*.part-a)
+  if ! ls .whl/*.part-b >/dev/null 2>&1; then echo "fa4: part a kept in /tmp ($(ls /tmp/*.part-a))"; return; fi
+  mkdir -p /tmp/wheels
+  for part in "${parts[@]}"; do
+    local name=$(basename "$part" .part-a)
+    cat "$part" ".whl/$name.part-b" >"/tmp/wheels/$name"
+  done
+  cp .whl/*.whl /tmp/wheels/
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/wheels/*.whl \
+    >"$OUT/fa4_install.log" 2>&1 || { echo "fa4: install failed"; tail -5 "$OUT/fa4_install.log"; status=1; return; }
+  echo "fa4: installed $(ls /tmp/wheels | tr '\n' ' ')"
+}
 step_tests_fwd() {
   # The forward kernels' tests only (the whole gpu label includes the backward's).
   $BUILD/tests/kernels/test_kernels "[fa2_forward],[fa1_forward],[api]" >"$OUT/tests.log" 2>&1 || status=1
@@ -43,7 +88,8 @@ step_tests_fwd() {
 run_benchmark() {
   local lib=$1 name=$2
   shift 2
-  PYTHONUNBUFFERED=1 python3 scripts/bench_kernels.py --lib "$lib" \
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:${PYTHONPATH:-} \
+    python3 scripts/bench_kernels.py --lib "$lib" \
     --json "$OUT/$name.json" --markdown "$OUT/$name.md" "$@" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/$name.log" | grep -v "^|"
 }
 step_bench() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench --backward; }
@@ -58,6 +104,30 @@ step_ncu() {
       $BUILD/tests/kernels/fa2_forward_bench $1 $2 $3 128 0 1 $4 >"$OUT/ncu_fa$4_b$1_s$3.log" 2>&1
     echo "== FA$4 b=$1 h=$2 s=$3 d=128"
     grep -E "dram__|lts__|gpu__time|warps_active|hmma|grid_size|ERR" "$OUT/ncu_fa$4_b$1_s$3.log"
+  done
+}
+step_ncu_sm90() {
+  # The FA3 forward at d 128 (bf16, batch 4, 16 heads, seqlen 4096, non-causal and causal): time,
+  # tensor-pipe activity, DRAM bytes and the bytes TMA brought into shared memory.
+  local names metrics
+  names=$(ncu --query-metrics 2>/dev/null | grep -oE "^(sm__pipe_tensor_op_gmma_cycles_active|sm__pipe_tensor_cycles_active|sm__inst_executed_pipe_tensor_op_gmma|l1tex__m_xbar2l1tex_read_bytes|dram__bytes_read|dram__bytes_write|gpu__time_duration|lts__t_sectors_srcunit_tex_op_read)" | sort -u)
+  metrics=$(for n in $names; do case $n in sm__pipe*) echo "$n.avg.pct_of_peak_sustained_active";; *) echo "$n.sum";; esac; done | paste -sd,)
+  echo "ncu metrics: $metrics"
+  for causal in 0 1; do
+    ncu --clock-control none --kernel-name regex:fa3_forward_kernel --launch-skip 1 --launch-count 1 --metrics "$metrics" \
+      $BUILD/tests/kernels/fa2_forward_bench 4 16 4096 128 $causal 2 3 >"$OUT/ncu_fa3_causal$causal.log" 2>&1
+    echo "== FA3 b=4 h=16 s=4096 d=128 causal=$causal"
+    grep -E "gmma|tensor|xbar|dram__|lts__|gpu__time|ERR|rror" "$OUT/ncu_fa3_causal$causal.log"
+  done
+}
+step_sanitize_sm90() {
+  # racecheck does not see the async proxy (TMA, wgmma): memcheck and synccheck here.
+  for tool in memcheck synccheck; do
+    compute-sanitizer --tool $tool --error-exitcode 3 $BUILD/tests/kernels/test_kernels "[sanitizer_grid_sm90]" \
+      >"$OUT/sanitizer_sm90_$tool.log" 2>&1
+    echo "compute-sanitizer $tool (FA3 grid): exit $? ($(grep -cE "ERROR|error" "$OUT/sanitizer_sm90_$tool.log") error lines)"
+    tail -3 "$OUT/sanitizer_sm90_$tool.log"
+    grep -m2 -A6 -E "^========= (Warning|Error)" "$OUT/sanitizer_sm90_$tool.log"
   done
 }
 step_sanitize() {

@@ -1,4 +1,4 @@
-// One FA2 (or FA1) forward problem on random bf16/fp16 data, for profilers (ncu,
+// One FA2 (or FA1, FA3) forward problem on random bf16/fp16 data, for profilers (ncu,
 // compute-sanitizer) and quick timings: runs `repeats` launches and prints the median time and
 // TFLOP/s (flash-attention convention: 4 b h s^2 d, halved when causal).
 // Usage: fa2_forward_bench batch heads seqlen head_dim causal [repeats=1] [generation=2]
@@ -71,7 +71,13 @@ int main(int argc, char** argv) {
   try {
     for (int r = 0; r < repeats; ++r) {
       ok(cudaEventRecord(start), "record");
-      if (generation == 1) kernels::fa1_forward(p, args); else kernels::fa2_forward(p, args);
+      if (generation == 1) {
+        kernels::fa1_forward(p, args);
+      } else if (generation == 2) {
+        kernels::fa2_forward(p, args);
+      } else {
+        kernels::fa3_forward(p, args);
+      }
       ok(cudaEventRecord(stop), "record");
       ok(cudaEventSynchronize(stop), "sync");
       float ms = 0;

@@ -1,0 +1,556 @@
+// The FA3-generation forward kernel (FlashAttention-3, Shah et al. 2024, Algorithm 1 with the
+// pipelining of Section 3.2), for sm_90a. Templated on the element type, the padded head dim and
+// the steps of Fa3Steps; kernels/03_fa3_sm90/forward_host.cu fills its parameters and
+// forward_instances/ instantiates it, one head dim per file.
+//
+// A block is one producer warpgroup and kConsumerWarpgroups consumer warpgroups (warp
+// specialization, Section 3.1). The producer's first thread loads Q once per tile and K, V block
+// by block into a kStages ring with TMA; each consumer warpgroup owns 64 query rows and runs the
+// FA2 loop on them with wgmma: S = Q K_j^T from shared memory (SS), the online softmax in
+// registers (exp2 with the scale folded in, FA4's conditional rescaling), O += P V_j with P
+// straight from the S accumulators (RS). setmaxnreg moves registers from the producer to the
+// consumers. The steps on top, each switchable:
+//   ping_pong: the consumer warpgroups pass a turn around with named barriers, so one issues its
+//     GEMMs while the others run their softmax (Section 3.1, "pingpong scheduling");
+//   intra_warpgroup_overlap: S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together and the
+//     softmax of block j + 1 runs while P_j V_j is on the tensor cores (Section 3.2, Algorithm 2);
+//   persistent: gridDim.x = the SM count, each block walks tiles tile, tile + gridDim.x, ...
+//     (causal: the longest tiles first), so one tile's epilogue overlaps the next tile's loads.
+// O goes through shared memory (over the warpgroup's own Q rows where there is no room for a
+// separate tile) and out with a TMA store, or with plain 16-byte stores for varlen batches,
+// whose sequences end inside the tensor; LSE is written from registers.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/03_fa3_sm90/forward_tiling.hpp"
+#include "kernels/attention_api.hpp"
+#include "kernels/common/sm90_sync.cuh"
+#include "kernels/common/sm90_tma.cuh"
+#include "kernels/common/sm90_wgmma.cuh"
+#include "kernels/kernel_common.cuh"
+
+namespace flashlab::kernels {
+
+struct Fa3ForwardParams {
+  CUtensorMap q_map, k_map, v_map, o_map;  // (column, row, head, batch); varlen: one batch of packed rows
+  void* o;                                 // for the plain stores of varlen batches
+  std::int64_t o_row_stride, o_head_stride, o_batch_stride;
+  float* lse;
+  std::int64_t lse_row_stride, lse_head_stride, lse_batch_stride;
+  const int* cu_seqlens_q;  // null unless varlen
+  const int* cu_seqlens_k;
+  int batch, heads_q, group_size;
+  int seqlen_q, seqlen_k;  // fixed lengths (varlen: the maxima)
+  int head_dim;            // the real head dim (<= the instance's padded one)
+  float scale_log2;        // softmax scale * log2(e)
+  int bottom_right;        // causal / window alignment: 1 bottom-right, 0 top-left
+  int window_left, window_right;  // -1: unbounded; causal already folded into window_right
+  int m_blocks;            // query blocks per sequence (of the longest for varlen)
+  int tiles;               // m_blocks * heads_q * batch
+  int heaviest_first;      // causal: tiles with the most keys first
+};
+
+namespace fa3 {
+
+using namespace device;
+using namespace sm90;
+
+// Named barriers: 1 + w is consumer warpgroup w's GEMM turn, 4 + w its epilogue.
+constexpr int kTurnBarrier = 1, kEpilogueBarrier = 4;
+
+struct TileCoordinates {
+  int m_block, head, batch;
+};
+__device__ __forceinline__ TileCoordinates tile_coordinates(const Fa3ForwardParams& p, int tile) {
+  const int heads_batches = p.heads_q * p.batch;
+  // Causal: the last query blocks see the most keys; non-causal: neighbouring tiles share K and V.
+  const int m_block = p.heaviest_first ? p.m_blocks - 1 - tile / heads_batches : tile % p.m_blocks;
+  const int rest = p.heaviest_first ? tile % heads_batches : tile / p.m_blocks;
+  return {m_block, rest % p.heads_q, rest / p.heads_q};
+}
+
+// One tile's rows and keys: where its sequence starts (packed rows for varlen), its lengths, its
+// key blocks, and the batch coordinate of the tensor maps.
+struct TileWork {
+  int seqlen_q, seqlen_k, first_q, first_k, map_batch;
+  int row_begin, n_begin, n_end;
+  MaskRule mask;
+  __device__ __forceinline__ bool has_rows() const { return row_begin < seqlen_q; }
+};
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ TileWork tile_work(const Fa3ForwardParams& p, const TileCoordinates& tile) {
+  TileWork w;
+  w.seqlen_q = p.seqlen_q, w.seqlen_k = p.seqlen_k, w.first_q = 0, w.first_k = 0, w.map_batch = tile.batch;
+  if (p.cu_seqlens_q != nullptr) {
+    w.first_q = p.cu_seqlens_q[tile.batch], w.first_k = p.cu_seqlens_k[tile.batch];
+    w.seqlen_q = p.cu_seqlens_q[tile.batch + 1] - w.first_q, w.seqlen_k = p.cu_seqlens_k[tile.batch + 1] - w.first_k;
+    w.map_batch = 0;
+  }
+  w.row_begin = tile.m_block * kBlockM;
+  w.mask = MaskRule{p.bottom_right ? w.seqlen_k - w.seqlen_q : 0, p.window_left, p.window_right, w.seqlen_k};
+  w.n_begin = w.n_end = 0;
+  if (w.has_rows()) {
+    // FA2 Algorithm 1 with masks: only the key blocks some row of the tile can see are visited.
+    const int row_last = min(w.row_begin + kBlockM, w.seqlen_q) - 1;
+    const int key_first = w.mask.first_key(w.row_begin), key_last = w.mask.last_key(row_last);
+    w.n_begin = key_first / kBlockN;
+    w.n_end = key_last > key_first ? (key_last + kBlockN - 1) / kBlockN : w.n_begin;
+  }
+  return w;
+}
+
+// The tiles of this block: one (blockIdx.x) or, persistent, every gridDim.x-th.
+template <bool kPersistent, class Body>
+__device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, const Body& body) {
+  if constexpr (kPersistent) {
+    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) body(tile_coordinates(p, tile));
+  } else {
+    body(tile_coordinates(p, blockIdx.x));
+  }
+}
+
+template <int kHeadDim>
+struct SharedLayout {
+  using Tile = Fa3ForwardTile<kHeadDim>;
+  // Byte offsets from the 1024-byte aligned base: Q, (O), the K ring, the V ring, the barriers.
+  static constexpr int kQ = 0;
+  static constexpr int kO = Tile::kOAliasesQ ? kQ : Tile::kQBytes;
+  static constexpr int kK = kO + Tile::kQBytes;
+  static constexpr int kV = kK + Tile::kStages * Tile::kKVStageBytes;
+  static constexpr int kBarriers = kV + Tile::kStages * Tile::kKVStageBytes;
+};
+struct Barriers {
+  static constexpr int kMaxGroups = 3, kMaxStages = 4;
+  Mbarrier q_full[kMaxGroups], q_empty[kMaxGroups];
+  Mbarrier k_full[kMaxStages], k_empty[kMaxStages], v_full[kMaxStages], v_empty[kMaxStages];
+};
+
+// ---------------------------------------------------------------------------------------------
+// The producer: one thread issues every TMA load (Algorithm 1 lines 4 and 6-7 of FA2, as copies).
+template <int kHeadDim, bool kPersistent>
+__device__ void produce(const Fa3ForwardParams& p, unsigned char* shared, Barriers& bars) {
+  using Tile = Fa3ForwardTile<kHeadDim>;
+  using Layout = SharedLayout<kHeadDim>;
+  constexpr int kQPanel = Tile::kBlockM * 128, kKVPanel = Tile::kBlockN * 128;
+  tma_prefetch_map(p.q_map), tma_prefetch_map(p.k_map), tma_prefetch_map(p.v_map);
+  RingPosition<Tile::kStages> kv;
+  std::uint32_t q_phase = 0;
+  for_each_tile<kPersistent>(p, [&](const TileCoordinates& tile) {
+    const TileWork w = tile_work<Tile::kBlockM, Tile::kBlockN>(p, tile);
+    if (w.n_end == w.n_begin) return;  // no rows, or no visible key: nothing to load
+    for (int group = 0; group < Tile::kConsumerWarpgroups; ++group) {
+      mbarrier_wait(&bars.q_empty[group], q_phase ^ 1);
+      mbarrier_arrive_expect_bytes(&bars.q_full[group], Tile::kPanels * 64 * 128);
+      for (int panel = 0; panel < Tile::kPanels; ++panel) {
+        tma_load(shared + Layout::kQ + panel * kQPanel + group * 64 * 128, p.q_map, panel * 64,
+                 w.first_q + w.row_begin + 64 * group, tile.head, w.map_batch, &bars.q_full[group]);
+      }
+    }
+    q_phase ^= 1;
+    const int kv_head = tile.head / p.group_size;
+    for (int n_block = w.n_begin; n_block < w.n_end; ++n_block, kv.advance()) {
+      const int key0 = w.first_k + n_block * Tile::kBlockN;
+      const int stage_offset = kv.stage * Tile::kKVStageBytes;
+      mbarrier_wait(&bars.k_empty[kv.stage], kv.phase ^ 1);
+      mbarrier_arrive_expect_bytes(&bars.k_full[kv.stage], Tile::kKVStageBytes);
+      for (int panel = 0; panel < Tile::kPanels; ++panel) {
+        tma_load(shared + Layout::kK + stage_offset + panel * kKVPanel, p.k_map, panel * 64, key0, kv_head, w.map_batch,
+                 &bars.k_full[kv.stage]);
+      }
+      mbarrier_wait(&bars.v_empty[kv.stage], kv.phase ^ 1);
+      mbarrier_arrive_expect_bytes(&bars.v_full[kv.stage], Tile::kKVStageBytes);
+      for (int panel = 0; panel < Tile::kPanels; ++panel) {
+        tma_load(shared + Layout::kV + stage_offset + panel * kKVPanel, p.v_map, panel * 64, key0, kv_head, w.map_batch,
+                 &bars.v_full[kv.stage]);
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The consumers: the online softmax of one warpgroup's 64 rows (FA2 Algorithm 1 lines 8-13).
+
+// The per-thread softmax state of its two rows (g and g + 8 of its warp's 16).
+struct RowState {
+  float max[2];  // running max in log2 units (scale folded in); stale by up to kMaxGrowth
+  float sum[2];  // this thread's share of the running sum (the quad adds them at the end)
+  int low[2], high[2];  // the keys each row sees: [low, high]
+};
+
+// Lines 9-10 on one block of scores: mask (only where the block crosses the mask's edge), the
+// block's row max, the running max (moved only when the block's exceeds it by more than
+// kMaxGrowth: FA4's conditional rescaling, so P <= 2^kMaxGrowth and O and l keep the same stale
+// max), P = exp2(s * scale - max) packed as the A operand of P V, the running sums. Returns
+// whether some row of this warp moved its max (corrections then hold the factors for O). P stays
+// in s in fp32 until pack_p.
+template <int kBlockN>
+__device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState& rows, float (&corrections)[2],
+                                              bool mask_block, int key0, float scale_log2, int t) {
+  constexpr float kMaxGrowth = 8.0f;
+  if (mask_block) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + 8 * i + 2 * t + e;
+          if (key < rows.low[r] || key > rows.high[r]) s[4 * i + 2 * r + e] = -INFINITY;
+        }
+  }
+  bool moved = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float partial[kBlockN / 8];
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) partial[i] = fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
+    float block_max = 0.f;
+    if constexpr ((kBlockN / 8 & (kBlockN / 8 - 1)) == 0) {
+      block_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
+    } else {
+      block_max = partial[0];
+#pragma unroll
+      for (int i = 1; i < kBlockN / 8; ++i) block_max = fmaxf(block_max, partial[i]);
+    }
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+    const float scaled_max = block_max * scale_log2;
+    const float new_max = scaled_max > rows.max[r] + kMaxGrowth ? scaled_max : rows.max[r];
+    const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
+    corrections[r] = exp2f(rows.max[r] - subtract);
+    moved = moved || new_max != rows.max[r];
+    rows.max[r] = new_max;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 8; ++i) {
+      s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], scale_log2, -subtract));
+      s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], scale_log2, -subtract));
+      sum += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+    }
+    rows.sum[r] = rows.sum[r] * corrections[r] + sum;
+  }
+  return __any_sync(0xffffffffu, moved);
+}
+
+// P rounded to T and packed as the A operand of O += P V: the D of n8 tiles 2k and 2k + 1 is the
+// A of k16 step k (sm90_wgmma.cuh).
+template <typename T, int kBlockN>
+__device__ __forceinline__ void pack_p(const float (&s)[kBlockN / 2], std::uint32_t (&p)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int k = 0; k < kBlockN / 16; ++k) {
+    p[k][0] = pack2<T>(s[8 * k + 0], s[8 * k + 1]);
+    p[k][1] = pack2<T>(s[8 * k + 2], s[8 * k + 3]);
+    p[k][2] = pack2<T>(s[8 * k + 4], s[8 * k + 5]);
+    p[k][3] = pack2<T>(s[8 * k + 6], s[8 * k + 7]);
+  }
+}
+
+// The 64 rows of a warpgroup in a tile that sees no key at all (a window, or no keys): O = 0 and
+// LSE = -inf, written directly (no Q was loaded, so shared memory is not ours to use).
+template <typename T, int kHeadDim>
+__device__ void write_unseen_rows(const Fa3ForwardParams& p, const TileWork& w, int head, int group_row0, int thread) {
+  T* o = static_cast<T*>(p.o) + (w.first_q + group_row0) * p.o_row_stride + w.map_batch * p.o_batch_stride +
+         head * p.o_head_stride;
+  constexpr int kChunks = kHeadDim / 8;
+  for (int index = thread; index < 64 * kChunks; index += 128) {
+    const int row = index / kChunks, column = index % kChunks * 8;
+    if (group_row0 + row < w.seqlen_q && column < p.head_dim) {
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + column) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  for (int row = thread; row < 64; row += 128) {
+    if (group_row0 + row < w.seqlen_q) {
+      p.lse[(w.first_q + group_row0 + row) * p.lse_row_stride + w.map_batch * p.lse_batch_stride +
+            head * p.lse_head_stride] = -INFINITY;
+    }
+  }
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void rescale(float (&o)[kHeadDim / 2], const float (&corrections)[2]) {
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 8; ++i) {
+    o[4 * i + 0] *= corrections[0], o[4 * i + 1] *= corrections[0];
+    o[4 * i + 2] *= corrections[1], o[4 * i + 3] *= corrections[1];
+  }
+}
+
+template <typename T, int kHeadDim, class Steps>
+__device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barriers& bars, int group) {
+  using Tile = Fa3ForwardTile<kHeadDim>;
+  using Layout = SharedLayout<kHeadDim>;
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kGroups = Tile::kConsumerWarpgroups;
+  constexpr bool kPingPong = Steps::kPingPong, kOverlap = Steps::kIntraWarpgroupOverlap;
+  const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t shared_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+
+  // Matrix descriptors of this warpgroup's Q rows and of ring stage 0; the loops add offsets.
+  const std::uint64_t q_descriptor = k_major_descriptor(shared_base + Layout::kQ + group * 64 * 128);
+  const std::uint64_t k_descriptor = k_major_descriptor(shared_base + Layout::kK);
+  const std::uint64_t v_descriptor = mn_major_descriptor(shared_base + Layout::kV, kBlockN * 128);
+  constexpr std::uint64_t kStageStep = Tile::kKVStageBytes >> 4;  // descriptor units of 16 bytes
+
+  // Line 8: S = Q K_j^T, kHeadDim / 16 steps of k16 (Q and K K-major, 64-column panels).
+  auto issue_s = [&](float (&s)[kBlockN / 2], int stage) {
+#pragma unroll
+    for (int k = 0; k < kHeadDim / 16; ++k) {
+      const std::uint64_t a = q_descriptor + ((k / 4 * kBlockM * 128 + k % 4 * 32) >> 4);
+      const std::uint64_t b = k_descriptor + stage * kStageStep + ((k / 4 * kBlockN * 128 + k % 4 * 32) >> 4);
+      Wgmma<T, kBlockN>::template ss<0>(s, a, b, k > 0);
+    }
+  };
+  // Line 10: O += P V_j, kBlockN / 16 steps of k16 (P in registers, V MN-major).
+  auto issue_pv = [&](float (&o)[kHeadDim / 2], const std::uint32_t (&pf)[kBlockN / 16][4], int stage) {
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k) {
+      Wgmma<T, kHeadDim>::template rs<1>(o, pf[k], v_descriptor + stage * kStageStep + ((k * 16 * 128) >> 4), 1);
+    }
+  };
+  // Ping-pong: a warpgroup issues GEMMs only in its turn, then hands the turn to the next one.
+  auto turn_begin = [&] {
+    if constexpr (kPingPong) named_barrier_sync(kTurnBarrier + group, 256);
+  };
+  auto turn_end = [&] {
+    if constexpr (kPingPong) named_barrier_arrive(kTurnBarrier + (group + 1) % kGroups, 256);
+  };
+  // A warp is done with a stage once its wgmma reading it completed: lane 0 tells the producer.
+  auto release = [&](Mbarrier* barrier) {
+    if (lane == 0) mbarrier_arrive(barrier);
+  };
+  if constexpr (kPingPong) {
+    if (group == kGroups - 1) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 goes first
+  }
+
+  RingPosition<Tile::kStages> kv;
+  std::uint32_t q_phase = 0;
+  for_each_tile<Steps::kPersistent>(p, [&](const TileCoordinates& tile) {
+    const TileWork w = tile_work<kBlockM, kBlockN>(p, tile);
+    if (!w.has_rows()) return;
+    const int group_row0 = w.row_begin + 64 * group;  // this warpgroup's first row in the sequence
+    const int group_row_last = min(group_row0 + 63, w.seqlen_q - 1);
+    RowState rows;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int diagonal = group_row0 + 16 * warp + g + 8 * r + w.mask.offset;
+      rows.high[r] = w.mask.right < 0 ? w.seqlen_k - 1 : min(w.seqlen_k - 1, diagonal + w.mask.right);
+      rows.low[r] = w.mask.left < 0 ? 0 : diagonal - w.mask.left;
+      rows.max[r] = -INFINITY, rows.sum[r] = 0.f;
+    }
+    if (w.n_end == w.n_begin) return write_unseen_rows<T, kHeadDim>(p, w, tile.head, group_row0, thread);
+    float o[kHeadDim / 2];
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+
+    {
+      mbarrier_wait(&bars.q_full[group], q_phase);
+      float s[kBlockN / 2], corrections[2];
+      std::uint32_t pf[kBlockN / 16][4];
+      auto mask_needed = [&](int n_block) {
+        return !w.mask.block_full(group_row0, group_row_last, n_block * kBlockN, (n_block + 1) * kBlockN);
+      };
+      if constexpr (kOverlap) {
+        // Algorithm 2 of FA3: the first S alone, then S_{j+1} with P_j V_j, the softmax of
+        // block j + 1 while P_j V_j runs, and the last P V alone.
+        mbarrier_wait(&bars.k_full[kv.stage], kv.phase);
+        turn_begin();
+        wgmma_fence();
+        issue_s(s, kv.stage);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        fence_registers(s);
+        release(&bars.k_empty[kv.stage]);
+        softmax_block<kBlockN>(s, rows, corrections, mask_needed(w.n_begin), w.n_begin * kBlockN, p.scale_log2, t);
+        pack_p<T, kBlockN>(s, pf);
+        RingPosition<Tile::kStages> pv = kv;  // the stage of the V that P multiplies next
+        kv.advance();
+        for (int n_block = w.n_begin + 1; n_block < w.n_end; ++n_block) {
+          mbarrier_wait(&bars.k_full[kv.stage], kv.phase);
+          turn_begin();
+          wgmma_fence();
+          issue_s(s, kv.stage);
+          wgmma_commit();
+          mbarrier_wait(&bars.v_full[pv.stage], pv.phase);
+          wgmma_fence();
+          issue_pv(o, pf, pv.stage);
+          wgmma_commit();
+          turn_end();
+          wgmma_wait<1>();  // S done; P V may still run
+          fence_registers(s);
+          release(&bars.k_empty[kv.stage]);
+          const bool moved = softmax_block<kBlockN>(s, rows, corrections, mask_needed(n_block), n_block * kBlockN,
+                                                    p.scale_log2, t);
+          wgmma_wait<0>();  // P V done: O may be rescaled, P replaced
+          fence_registers(o);
+          fence_registers(pf);
+          release(&bars.v_empty[pv.stage]);
+          if (moved) rescale<kHeadDim>(o, corrections);
+          pack_p<T, kBlockN>(s, pf);
+          pv = kv;
+          kv.advance();
+        }
+        mbarrier_wait(&bars.v_full[pv.stage], pv.phase);
+        turn_begin();
+        wgmma_fence();
+        issue_pv(o, pf, pv.stage);
+        wgmma_commit();
+        turn_end();
+        wgmma_wait<0>();
+        fence_registers(o);
+        fence_registers(pf);
+        release(&bars.v_empty[pv.stage]);
+      } else {
+        // One block at a time: S, softmax, P V, each waiting for the one before.
+        for (int n_block = w.n_begin; n_block < w.n_end; ++n_block, kv.advance()) {
+          mbarrier_wait(&bars.k_full[kv.stage], kv.phase);
+          turn_begin();
+          wgmma_fence();
+          issue_s(s, kv.stage);
+          wgmma_commit();
+          turn_end();
+          wgmma_wait<0>();
+          fence_registers(s);
+          release(&bars.k_empty[kv.stage]);
+          if (softmax_block<kBlockN>(s, rows, corrections, mask_needed(n_block), n_block * kBlockN, p.scale_log2, t)) {
+            rescale<kHeadDim>(o, corrections);
+          }
+          pack_p<T, kBlockN>(s, pf);
+          mbarrier_wait(&bars.v_full[kv.stage], kv.phase);
+          turn_begin();
+          wgmma_fence();
+          issue_pv(o, pf, kv.stage);
+          wgmma_commit();
+          turn_end();
+          wgmma_wait<0>();
+          fence_registers(o);
+          fence_registers(pf);
+          release(&bars.v_empty[kv.stage]);
+        }
+      }
+      if constexpr (!Tile::kOAliasesQ) release(&bars.q_empty[group]);  // the next tile's Q may land
+    }
+
+    // Lines 12-13: O / l and LSE = (max + log2 l) ln 2 (a row that saw no key: O = 0, LSE = -inf).
+    const std::int64_t lse_base = w.first_q * p.lse_row_stride + w.map_batch * p.lse_batch_stride +
+                                  tile.head * p.lse_head_stride;
+    float inverse[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = rows.sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inverse[r] = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = group_row0 + 16 * warp + g + 8 * r;
+      if (t == 0 && row < w.seqlen_q) {
+        p.lse[lse_base + row * p.lse_row_stride] = sum > 0.f ? (rows.max[r] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
+      }
+    }
+    // O through shared memory in the TMA box layout: this warpgroup's 64 rows of the O tile.
+    unsigned char* o_tile = shared + Layout::kO;
+    if (thread == 0 && !Tile::kOAliasesQ) tma_store_wait_read();  // the previous tile's store has read it
+    named_barrier_sync(kEpilogueBarrier + group, 128);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int tile_row = 64 * group + 16 * warp + g + 8 * r;
+#pragma unroll
+      for (int i = 0; i < kHeadDim / 8; ++i) {
+        *reinterpret_cast<std::uint32_t*>(o_tile + swizzled_offset(tile_row, 8 * i + 2 * t, kBlockM)) =
+            pack2<T>(o[4 * i + 2 * r] * inverse[r], o[4 * i + 2 * r + 1] * inverse[r]);
+      }
+    }
+    if (p.cu_seqlens_q == nullptr) {
+      fence_shared_to_async_proxy();
+      named_barrier_sync(kEpilogueBarrier + group, 128);
+      if (thread == 0) {
+        for (int panel = 0; panel < Tile::kPanels; ++panel) {
+          tma_store(p.o_map, panel * 64, w.row_begin + 64 * group, tile.head, w.map_batch,
+                    o_tile + panel * kBlockM * 128 + group * 64 * 128);
+        }
+        tma_store_commit();
+        if constexpr (Tile::kOAliasesQ) {
+          tma_store_wait_read();
+          mbarrier_arrive(&bars.q_empty[group]);
+        }
+      }
+    } else {
+      // Varlen: the sequence ends inside the tensor, so the rows past it are not ours to write.
+      named_barrier_sync(kEpilogueBarrier + group, 128);
+      T* o_global = static_cast<T*>(p.o) + w.first_q * p.o_row_stride + tile.head * p.o_head_stride;
+      constexpr int kChunks = kHeadDim / 8;
+      for (int index = thread; index < 64 * kChunks; index += 128) {
+        const int row = index / kChunks, column = index % kChunks * 8;
+        if (group_row0 + row < w.seqlen_q && column < p.head_dim) {
+          *reinterpret_cast<uint4*>(o_global + (group_row0 + row) * p.o_row_stride + column) =
+              *reinterpret_cast<const uint4*>(o_tile + swizzled_offset(64 * group + row, column, kBlockM));
+        }
+      }
+      if constexpr (Tile::kOAliasesQ) {
+        named_barrier_sync(kEpilogueBarrier + group, 128);
+        if (thread == 0) mbarrier_arrive(&bars.q_empty[group]);
+      }
+    }
+    q_phase ^= 1;
+  });
+  if (thread == 0) tma_store_wait_all();  // the block's shared memory must outlive its stores
+  if constexpr (kPingPong) {
+    if (group == 0) named_barrier_sync(kTurnBarrier, 256);  // the last hand-over, never taken
+  }
+}
+
+}  // namespace fa3
+
+// Steps as types, so each instance is one kernel.
+template <bool kPingPongStep, bool kOverlapStep, bool kPersistentStep>
+struct Fa3StepSet {
+  static constexpr bool kPingPong = kPingPongStep, kIntraWarpgroupOverlap = kOverlapStep, kPersistent = kPersistentStep;
+};
+
+template <typename T, int kHeadDim, class Steps>
+__global__ void __launch_bounds__(Fa3ForwardTile<kHeadDim>::kThreads, 1)
+    fa3_forward_kernel(const __grid_constant__ Fa3ForwardParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace sm90;
+  using Tile = Fa3ForwardTile<kHeadDim>;
+  using Layout = fa3::SharedLayout<kHeadDim>;
+  static_assert(Tile::kConsumerWarpgroups <= fa3::Barriers::kMaxGroups && Tile::kStages <= fa3::Barriers::kMaxStages);
+  static_assert(Layout::kBarriers + sizeof(fa3::Barriers) + 1024 <= Tile::kSharedBytes, "barriers and alignment fit");
+  extern __shared__ unsigned char shared_raw[];
+  // Swizzled TMA boxes and wgmma operands want 1024-byte aligned tiles.
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  fa3::Barriers& bars = *reinterpret_cast<fa3::Barriers*>(shared + Layout::kBarriers);
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int group = 0; group < Tile::kConsumerWarpgroups; ++group) {
+      mbarrier_init(&bars.q_full[group], 1);
+      mbarrier_init(&bars.q_empty[group], Tile::kOAliasesQ ? 1 : 4);  // the storing thread, or each warp
+    }
+    for (int stage = 0; stage < Tile::kStages; ++stage) {
+      mbarrier_init(&bars.k_full[stage], 1), mbarrier_init(&bars.v_full[stage], 1);
+      mbarrier_init(&bars.k_empty[stage], 4 * Tile::kConsumerWarpgroups);
+      mbarrier_init(&bars.v_empty[stage], 4 * Tile::kConsumerWarpgroups);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (warpgroup == 0) {
+    registers_decrease_to<Tile::kProducerRegisters>();
+    if (threadIdx.x == 0) fa3::produce<kHeadDim, Steps::kPersistent>(p, shared, bars);
+  } else {
+    registers_increase_to<Tile::kConsumerRegisters>();
+    fa3::consume<T, kHeadDim, Steps>(p, shared, bars, warpgroup - 1);
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+// Launches one instance (kernels/03_fa3_sm90/forward_launch.cuh, instantiated in forward_instances/).
+template <typename T, int kHeadDim>
+void launch_fa3_forward(const Fa3ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream);
+
+}  // namespace flashlab::kernels

@@ -1,0 +1,70 @@
+#include "kernels/common/tma_host.hpp"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace flashlab::kernels {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t status =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found);
+    if (status != cudaSuccess || found != cudaDriverEntryPointSuccess || function == nullptr) {
+      throw std::runtime_error("cuTensorMapEncodeTiled is not available from the driver (" +
+                               std::string(cudaGetErrorString(status)) + ")");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+[[noreturn]] void refuse(const char* name, const std::string& message) {
+  throw std::invalid_argument(std::string(name) + ": " + message);
+}
+
+}  // namespace
+
+CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name) {
+  if (dtype != DType::bf16 && dtype != DType::fp16) refuse(name, "TMA tensors here hold bf16 or fp16");
+  if (reinterpret_cast<std::uintptr_t>(tensor.base) % 16 != 0) {
+    refuse(name, "the base pointer is not 16-byte aligned; allowed: 16-byte aligned pointers (TMA)");
+  }
+  const std::int64_t strides[3] = {tensor.row_stride, tensor.head_stride, tensor.batch_stride};
+  const char* stride_names[3] = {"row_stride", "head_stride", "batch_stride"};
+  for (int i = 0; i < 3; ++i) {
+    if (strides[i] % 8 != 0 || strides[i] < 0) {
+      refuse(name, std::string(stride_names[i]) + " = " + std::to_string(strides[i]) +
+                       "; allowed: a non-negative multiple of 8 elements (TMA strides are multiples of 16 bytes)");
+    }
+  }
+  if (box_columns * 2 > 128 || box_rows > 256) throw std::logic_error("make_tma_map: box too large for the 128-byte swizzle");
+  // TMA wants every stride positive; an extent of 1 makes its stride irrelevant.
+  auto positive = [](std::int64_t stride) { return static_cast<cuuint64_t>(stride > 0 ? stride * 2 : 16); };
+  const cuuint64_t extents[4] = {static_cast<cuuint64_t>(tensor.columns), static_cast<cuuint64_t>(tensor.rows),
+                                 static_cast<cuuint64_t>(tensor.heads), static_cast<cuuint64_t>(tensor.batches)};
+  const cuuint64_t byte_strides[3] = {positive(tensor.row_stride), positive(tensor.head_stride),
+                                      positive(tensor.batch_stride)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_columns), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map{};
+  const CUresult result = encode_function()(
+      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+      const_cast<void*>(tensor.base), extents, byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string(name) + ": cuTensorMapEncodeTiled failed with CUresult " +
+                             std::to_string(static_cast<int>(result)) + " (extents " + std::to_string(tensor.columns) +
+                             " x " + std::to_string(tensor.rows) + " x " + std::to_string(tensor.heads) + " x " +
+                             std::to_string(tensor.batches) + ")");
+  }
+  return map;
+}
+
+}  // namespace flashlab::kernels

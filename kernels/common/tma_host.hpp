@@ -1,0 +1,28 @@
+// Host side of TMA: CUtensorMap descriptors for 4-D tensors of 16-bit elements, made with the
+// driver's cuTensorMapEncodeTiled reached through the runtime's versioned entry point (so nothing
+// links the driver library at build time).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "algorithms/problem.hpp"
+
+namespace flashlab::kernels {
+
+// A tensor of 16-bit elements addressed as base[c + row * row_stride + head * head_stride +
+// batch * batch_stride] (strides in elements), with extents columns x rows x heads x batches.
+struct TmaTensor {
+  const void* base = nullptr;
+  std::int64_t columns = 0, rows = 0, heads = 0, batches = 0;
+  std::int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
+};
+
+// A tensor map whose box is box_columns x box_rows x 1 x 1 with the 128-byte swizzle (box_columns
+// * 2 <= 128). Loads of elements outside the extents read zeros; stores there are dropped.
+// Throws std::invalid_argument naming `name` when the tensor does not meet TMA's rules (16-byte
+// aligned base, strides multiples of 16 bytes), std::runtime_error when the driver refuses.
+CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name);
+
+}  // namespace flashlab::kernels
