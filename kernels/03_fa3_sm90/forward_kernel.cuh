@@ -126,6 +126,7 @@ struct Barriers {
   static constexpr int kMaxGroups = 3, kMaxStages = 4;
   Mbarrier q_full[kMaxGroups], q_empty[kMaxGroups];
   Mbarrier k_full[kMaxStages], k_empty[kMaxStages], v_full[kMaxStages], v_empty[kMaxStages];
+  float pin[4 * (kMaxGroups + 1)];  // one word per warp: see pin_before_wait
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -269,6 +270,27 @@ __device__ void write_unseen_rows(const Fa3ForwardParams& p, const TileWork& w, 
   }
 }
 
+// The compiler may move register-only work across the asm of waits and barriers. Fencing a
+// result's registers before such an asm pins the work that produced it before that point: the
+// softmax before the wait for P V (or it would not overlap P V), P and the rescaled O before a
+// ping-pong turn is taken (or the softmax would run inside the turn).
+__device__ __forceinline__ void fence_row_state(RowState& rows, float (&corrections)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    asm volatile("" : "+f"(rows.max[r]), "+f"(rows.sum[r]), "+f"(corrections[r])::"memory");
+  }
+}
+
+// ptxas hoists wgmma.wait_group above register-only work it does not depend on, which would
+// run the softmax after P V has finished instead of beside it. A shared-memory store cannot move
+// across the wait, so one predicated store of a value that depends on every exponential (the row
+// sums) pins the softmax before it. The word is written, never read. Three consumer warpgroups
+// (160 registers each) have no room to hold the finished softmax beside P and O in flight: there the
+// third warpgroup's softmax fills the gap instead.
+__device__ __forceinline__ void pin_before_wait(Barriers& bars, const RowState& rows, int lane) {
+  if (lane == 0) bars.pin[threadIdx.x / 32] = rows.sum[0] + rows.sum[1];
+}
+
 template <int kHeadDim>
 __device__ __forceinline__ void rescale(float (&o)[kHeadDim / 2], const float (&corrections)[2]) {
 #pragma unroll
@@ -284,6 +306,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
   using Layout = SharedLayout<kHeadDim>;
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kGroups = Tile::kConsumerWarpgroups;
   constexpr bool kPingPong = Steps::kPingPong, kOverlap = Steps::kIntraWarpgroupOverlap;
+  constexpr bool kRescaleBeforePv = kHeadDim > 128;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   const std::uint32_t shared_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
 
@@ -312,6 +335,11 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
   // Ping-pong: a warpgroup issues GEMMs only in its turn, then hands the turn to the next one.
   auto turn_begin = [&] {
     if constexpr (kPingPong) named_barrier_sync(kTurnBarrier + group, 256);
+  };
+  // Everything computed for the next GEMMs is done before the turn is taken (see fence_row_state).
+  auto ready_for_turn = [&](float (&o)[kHeadDim / 2], std::uint32_t (&pf)[kBlockN / 16][4]) {
+    fence_registers(o);
+    fence_registers(pf);
   };
   auto turn_end = [&] {
     if constexpr (kPingPong) named_barrier_arrive(kTurnBarrier + (group + 1) % kGroups, 256);
@@ -367,12 +395,20 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
         pack_p<T, kBlockN>(s, pf);
         RingPosition<Tile::kStages> pv = kv;  // the stage of the V that P multiplies next
         kv.advance();
+        // Above d 128, O's rescale waits for the next S to be issued and runs beside it (FA3 does
+        // the same): the registers of O are then free of work between the wait and the next turn.
+        bool rescale_pending = false;
+        float pending_corrections[2] = {1.f, 1.f};
         for (int n_block = w.n_begin + 1; n_block < w.n_end; ++n_block) {
+          ready_for_turn(o, pf);
           mbarrier_wait(&bars.k_full[kv.stage], kv.phase);
           turn_begin();
           wgmma_fence();
           issue_s(s, kv.stage);
           wgmma_commit();
+          if constexpr (kRescaleBeforePv) {
+            if (rescale_pending) rescale<kHeadDim>(o, pending_corrections);
+          }
           mbarrier_wait(&bars.v_full[pv.stage], pv.phase);
           wgmma_fence();
           issue_pv(o, pf, pv.stage);
@@ -381,17 +417,28 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
           wgmma_wait<1>();  // S done; P V may still run
           fence_registers(s);
           release(&bars.k_empty[kv.stage]);
-          const bool moved = softmax_block<kBlockN>(s, rows, corrections, mask_needed(n_block), n_block * kBlockN,
-                                                    p.scale_log2, t);
+          const bool moved = softmax_block<kBlockN>(s, rows, kRescaleBeforePv ? pending_corrections : corrections,
+                                                    mask_needed(n_block), n_block * kBlockN, p.scale_log2, t);
+          fence_registers(s);  // the softmax runs here, while P V is on the tensor cores
+          fence_row_state(rows, kRescaleBeforePv ? pending_corrections : corrections);
+          if constexpr (Tile::kConsumerRegisters >= 240) pin_before_wait(bars, rows, lane);
           wgmma_wait<0>();  // P V done: O may be rescaled, P replaced
           fence_registers(o);
           fence_registers(pf);
           release(&bars.v_empty[pv.stage]);
-          if (moved) rescale<kHeadDim>(o, corrections);
+          if constexpr (kRescaleBeforePv) {
+            rescale_pending = moved;  // applied while the next S runs
+          } else if (moved) {
+            rescale<kHeadDim>(o, corrections);
+          }
           pack_p<T, kBlockN>(s, pf);
           pv = kv;
           kv.advance();
         }
+        if constexpr (kRescaleBeforePv) {
+          if (rescale_pending) rescale<kHeadDim>(o, pending_corrections);
+        }
+        ready_for_turn(o, pf);
         mbarrier_wait(&bars.v_full[pv.stage], pv.phase);
         turn_begin();
         wgmma_fence();
@@ -418,6 +465,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
             rescale<kHeadDim>(o, corrections);
           }
           pack_p<T, kBlockN>(s, pf);
+          ready_for_turn(o, pf);
           mbarrier_wait(&bars.v_full[kv.stage], kv.phase);
           turn_begin();
           wgmma_fence();
