@@ -87,8 +87,10 @@ std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool determinis
 // warpgroup feeding consumer warpgroups, ping-pong, intra-warpgroup overlap, a persistent grid.
 // bf16 and fp16, head_dim multiples of 8 in [8, 256] (instances for 64, 96, 128, 192, 256),
 // causal (both alignments), sliding windows, GQA/MQA, varlen. Compute capability exactly 9.0,
-// and a build with sm_90a code; LSE is always written.
+// and a build with sm_90a code; LSE is always written. The workspace holds the persistent grid's
+// tile counter (fa3_forward_workspace_bytes; nullptr: allocated stream-ordered by the call).
 void fa3_forward(const Problem& problem, const ForwardArgs& args);
+std::size_t fa3_forward_workspace_bytes(const Problem& problem);
 
 // The FA3 forward's techniques that can be switched off, one step each (the ablation of
 // docs/kernels.md). Warp specialization (a TMA producer warpgroup feeding consumer warpgroups) is

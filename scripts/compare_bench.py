@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Candidate changes set beside the base, from one run of scripts/bench_kernels.py with --variant
-NAME=PATH: per problem, the base's FA2 (TFLOP/s), each variant's speed-up over it, and every
-build's ratio to SDPA flash, all timed in the same interleaved rounds.
+NAME=PATH: per problem and generation (FA2, FA3), the base's TFLOP/s, each variant's speed-up over
+it, and every build's ratio to an anchor (cuDNN for FA3, SDPA flash for FA2), all timed in the
+same interleaved rounds.
 
 Usage: compare_bench.py RESULT.json
 """
@@ -15,28 +16,37 @@ def main():
         sys.exit(2)
     with open(sys.argv[1]) as f:
         rows = json.load(f)["rows"]
-    variants = sorted({name for r in rows for x in (r["fwd"], r["bwd"]) for name in x if name.startswith("fa2@")})
-    if not variants:
-        print("compare_bench.py: the result has no fa2@NAME variants (run bench_kernels.py with --variant)",
+    printed = False
+    for generation, anchor in (("fa2", "sdpa_flash"), ("fa3", "sdpa_cudnn")):
+        prefix = generation + "@"
+        variants = sorted({name for r in rows for x in (r["fwd"], r["bwd"]) for name in x if name.startswith(prefix)})
+        if not variants:
+            continue
+        printed = True
+        header = ["pass", "d", "causal", "seqlen", generation, f"{generation} / {anchor}"]
+        for name in variants:
+            label = name[len(prefix):]
+            header += [label, f"{label} / base", f"{label} / {anchor}"]
+        print("| " + " | ".join(header) + " |")
+        print("|" + " --- |" * len(header))
+        ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
+        for direction in ("fwd", "bwd"):
+            for r in rows:
+                x = r[direction]
+                if x.get(generation) is None:
+                    continue
+                cells = [direction, str(r["head_dim"]), "yes" if r["causal"] else "no", str(r["seqlen"]),
+                         f"{x[generation]:.0f}", ratio(x[generation], x.get(anchor))]
+                for name in variants:
+                    value = x.get(name)
+                    cells += ["-" if value is None else f"{value:.0f}", ratio(value, x[generation]),
+                              ratio(value, x.get(anchor))]
+                print("| " + " | ".join(cells) + " |")
+        print()
+    if not printed:
+        print("compare_bench.py: the result has no fa2@NAME or fa3@NAME variants (run bench_kernels.py with --variant)",
               file=sys.stderr)
         sys.exit(2)
-    header = ["pass", "d", "causal", "seqlen", "base", "base / flash"]
-    for name in variants:
-        header += [name[4:], f"{name[4:]} / base", f"{name[4:]} / flash"]
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
-    ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.3f}"
-    for direction in ("fwd", "bwd"):
-        for r in rows:
-            x = r[direction]
-            if x.get("fa2") is None:
-                continue
-            cells = [direction, str(r["head_dim"]), "yes" if r["causal"] else "no", str(r["seqlen"]),
-                     f"{x['fa2']:.0f}", ratio(x["fa2"], x.get("sdpa_flash"))]
-            for name in variants:
-                value = x.get(name)
-                cells += ["-" if value is None else f"{value:.0f}", ratio(value, x["fa2"]), ratio(value, x.get("sdpa_flash"))]
-            print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

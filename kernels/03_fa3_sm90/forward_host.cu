@@ -59,6 +59,8 @@ TmaTensor tma_tensor(const DeviceTensor& tensor, const Problem& problem, int hea
 
 void fa3_forward(const Problem& problem, const ForwardArgs& args) { fa3_forward_steps(problem, args, Fa3Steps{}); }
 
+std::size_t fa3_forward_workspace_bytes(const Problem&) { return 16; }
+
 void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa3Steps& steps) {
   require_kernel_supported(problem, kName);
   if (problem.head_dim < 8 || problem.head_dim > 256 || problem.head_dim % 8 != 0) {
@@ -100,12 +102,30 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
   params.tiles = static_cast<int>(tiles);
   params.heaviest_first = problem.mask.causal ? 1 : 0;
 
-#ifdef FLASHLAB_HAVE_SM90A
-  if (problem.dtype == DType::bf16) {
-    dispatch_head_dim<__nv_bfloat16>(padded, params, steps, args.stream);
-  } else {
-    dispatch_head_dim<__half>(padded, params, steps, args.stream);
+  // The dynamic scheduler's counter: the caller's workspace or stream-ordered memory, zeroed.
+  if (args.workspace != nullptr && args.workspace_bytes < fa3_forward_workspace_bytes(problem)) {
+    refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) +
+           "; allowed: >= fa3_forward_workspace_bytes() = " + std::to_string(fa3_forward_workspace_bytes(problem)));
   }
+  void* workspace = args.workspace;
+  if (workspace == nullptr) {
+    check_cuda(cudaMallocAsync(&workspace, fa3_forward_workspace_bytes(problem), args.stream), "fa3_forward: cudaMallocAsync");
+  }
+  check_cuda(cudaMemsetAsync(workspace, 0, sizeof(int), args.stream), "fa3_forward: cudaMemsetAsync");
+  params.tile_counter = static_cast<int*>(workspace);
+
+#ifdef FLASHLAB_HAVE_SM90A
+  try {
+    if (problem.dtype == DType::bf16) {
+      dispatch_head_dim<__nv_bfloat16>(padded, params, steps, args.stream);
+    } else {
+      dispatch_head_dim<__half>(padded, params, steps, args.stream);
+    }
+  } catch (...) {
+    if (args.workspace == nullptr) cudaFreeAsync(workspace, args.stream);
+    throw;
+  }
+  if (args.workspace == nullptr) check_cuda(cudaFreeAsync(workspace, args.stream), "fa3_forward: cudaFreeAsync");
 #else
   (void)steps;
   refuse("this build has no sm_90a code; allowed: a build whose CMAKE_CUDA_ARCHITECTURES include 90a");

@@ -14,8 +14,9 @@
 //     GEMMs while the others run their softmax (Section 3.1, "pingpong scheduling");
 //   intra_warpgroup_overlap: S_{j+1} = Q K_{j+1}^T and O += P_j V_j are issued together and the
 //     softmax of block j + 1 runs while P_j V_j is on the tensor cores (Section 3.2, Algorithm 2);
-//   persistent: gridDim.x = the SM count, each block walks tiles tile, tile + gridDim.x, ...
-//     (causal: the longest tiles first), so one tile's epilogue overlaps the next tile's loads.
+//   persistent: gridDim.x = the SM count and each block walks tiles, so one tile's epilogue overlaps
+//     the next tile's loads: every gridDim.x-th without a mask, the next from a global counter,
+//     longest first, with the causal mask (for_each_tile).
 // O goes through shared memory (over the warpgroup's own Q rows where there is no room for a
 // separate tile) and out with a TMA store, or with plain 16-byte stores for varlen batches,
 // whose sequences end inside the tensor; LSE is written from registers.
@@ -50,7 +51,8 @@ struct Fa3ForwardParams {
   int window_left, window_right;  // -1: unbounded; causal already folded into window_right
   int m_blocks;            // query blocks per sequence (of the longest for varlen)
   int tiles;               // m_blocks * heads_q * batch
-  int heaviest_first;      // causal: tiles with the most keys first
+  int heaviest_first;      // causal: tiles with the most keys first, taken dynamically when persistent
+  int* tile_counter;       // zeroed before the launch: the dynamic scheduler's next tile - gridDim.x
 };
 
 namespace fa3 {
@@ -102,15 +104,16 @@ __device__ __forceinline__ TileWork tile_work(const Fa3ForwardParams& p, const T
   return w;
 }
 
-// The tiles of this block: one (blockIdx.x) or, persistent, every gridDim.x-th.
-template <bool kPersistent, class Body>
-__device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, const Body& body) {
-  if constexpr (kPersistent) {
-    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) body(tile_coordinates(p, tile));
-  } else {
-    body(tile_coordinates(p, blockIdx.x));
-  }
-}
+struct Barriers;
+
+// The tiles of this block, the same sequence for the producer and the consumers. Not persistent:
+// tile blockIdx.x. Persistent without a causal mask: every gridDim.x-th tile (static; neighbouring
+// blocks share K and V in L2). Persistent and causal (tiles of unequal work, longest first): every
+// block starts at tile blockIdx.x; the producer takes each next tile from a global counter once it
+// has issued the loads of the last, and hands it to the consumers through a two-slot ring in
+// shared memory; an index >= p.tiles ends the walk.
+template <bool kPersistent, bool kProducer, class Body>
+__device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, Barriers& bars, const Body& body);
 
 template <int kHeadDim>
 struct SharedLayout {
@@ -126,8 +129,38 @@ struct Barriers {
   static constexpr int kMaxGroups = 3, kMaxStages = 4;
   Mbarrier q_full[kMaxGroups], q_empty[kMaxGroups];
   Mbarrier k_full[kMaxStages], k_empty[kMaxStages], v_full[kMaxStages], v_empty[kMaxStages];
+  Mbarrier tile_full[2], tile_empty[2];  // the dynamic scheduler's ring of tile indices
+  int tile_slot[2];
   float pin[4 * (kMaxGroups + 1)];  // one word per warp: see pin_before_wait
 };
+
+template <bool kPersistent, bool kProducer, class Body>
+__device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, Barriers& bars, const Body& body) {
+  const bool dynamic = kPersistent && p.heaviest_first;
+  int walked = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; ++walked) {
+    body(tile_coordinates(p, tile));
+    if constexpr (!kPersistent) break;
+    if (!dynamic) {
+      tile += gridDim.x;
+      continue;
+    }
+    const int slot = walked % 2;
+    const std::uint32_t phase = (walked / 2) & 1;
+    if constexpr (kProducer) {
+      const int next = gridDim.x + atomicAdd(p.tile_counter, 1);
+      mbarrier_wait(&bars.tile_empty[slot], phase ^ 1);
+      bars.tile_slot[slot] = next;
+      mbarrier_arrive(&bars.tile_full[slot]);  // release: the index is visible to the waiters
+      tile = next;
+    } else {
+      mbarrier_wait(&bars.tile_full[slot], phase);
+      tile = *static_cast<volatile int*>(&bars.tile_slot[slot]);
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbarrier_arrive(&bars.tile_empty[slot]);
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The producer: one thread issues every TMA load (Algorithm 1 lines 4 and 6-7 of FA2, as copies).
@@ -139,7 +172,7 @@ __device__ void produce(const Fa3ForwardParams& p, unsigned char* shared, Barrie
   tma_prefetch_map(p.q_map), tma_prefetch_map(p.k_map), tma_prefetch_map(p.v_map);
   RingPosition<Tile::kStages> kv;
   std::uint32_t q_phase = 0;
-  for_each_tile<kPersistent>(p, [&](const TileCoordinates& tile) {
+  for_each_tile<kPersistent, true>(p, bars, [&](const TileCoordinates& tile) {
     const TileWork w = tile_work<Tile::kBlockM, Tile::kBlockN>(p, tile);
     if (w.n_end == w.n_begin) return;  // no rows, or no visible key: nothing to load
     for (int group = 0; group < Tile::kConsumerWarpgroups; ++group) {
@@ -354,7 +387,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
 
   RingPosition<Tile::kStages> kv;
   std::uint32_t q_phase = 0;
-  for_each_tile<Steps::kPersistent>(p, [&](const TileCoordinates& tile) {
+  for_each_tile<Steps::kPersistent, false>(p, bars, [&](const TileCoordinates& tile) {
     const TileWork w = tile_work<kBlockM, kBlockN>(p, tile);
     if (!w.has_rows()) return;
     const int group_row0 = w.row_begin + 64 * group;  // this warpgroup's first row in the sequence
@@ -575,6 +608,10 @@ __global__ void __launch_bounds__(Fa3ForwardTile<kHeadDim>::kThreads, 1)
     for (int group = 0; group < Tile::kConsumerWarpgroups; ++group) {
       mbarrier_init(&bars.q_full[group], 1);
       mbarrier_init(&bars.q_empty[group], Tile::kOAliasesQ ? 1 : 4);  // the storing thread, or each warp
+    }
+    for (int slot = 0; slot < 2; ++slot) {
+      mbarrier_init(&bars.tile_full[slot], 1);
+      mbarrier_init(&bars.tile_empty[slot], 4 * Tile::kConsumerWarpgroups);
     }
     for (int stage = 0; stage < Tile::kStages; ++stage) {
       mbarrier_init(&bars.k_full[stage], 1), mbarrier_init(&bars.v_full[stage], 1);
