@@ -214,13 +214,25 @@ struct RowState {
   int low[2], high[2];  // the keys each row sees: [low, high]
 };
 
+// 2^x on the FMA pipes instead of the multi-function unit (FA4's idea for Blackwell, measured here
+// on Hopper: docs/kernels.md): 2^floor(x) through the exponent bits, 2^fraction by a degree-3
+// polynomial (least-squares fit with p(0) = 1; relative error 1.7e-4, under half a bf16 ulp).
+// x = -inf gives +0 exactly (clamped to -127: p = 1 and the exponent field underflows to 0).
+__device__ __forceinline__ float exp2_on_fma(float x) {
+  x = fmaxf(x, -127.f);
+  const float whole = floorf(x), fraction = x - whole;
+  const float power = fmaf(fmaf(fmaf(0.0763254647f, fraction, 0.228308246f), fraction, 0.695036167f), fraction, 1.f);
+  return __int_as_float(__float_as_int(power) + (static_cast<int>(whole) << 23));
+}
+
 // Lines 9-10 on one block of scores: mask (only where the block crosses the mask's edge), the
 // block's row max, the running max (moved only when the block's exceeds it by more than
 // kMaxGrowth: FA4's conditional rescaling, so P <= 2^kMaxGrowth and O and l keep the same stale
 // max), P = exp2(s * scale - max) packed as the A operand of P V, the running sums. Returns
 // whether some row of this warp moved its max (corrections then hold the factors for O). P stays
 // in s in fp32 until pack_p.
-template <int kBlockN>
+// Every kExp2OnFmaEvery-th n8 tile of scores (0: none) takes exp2_on_fma.
+template <int kBlockN, int kExp2OnFmaEvery>
 __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState& rows, float (&corrections)[2],
                                               bool mask_block, int key0, float scale_log2, int t) {
   constexpr float kMaxGrowth = 8.0f;
@@ -260,8 +272,11 @@ __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState&
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i) {
-      s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], scale_log2, -subtract));
-      s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], scale_log2, -subtract));
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = fmaf(s[4 * i + 2 * r + e], scale_log2, -subtract);
+        s[4 * i + 2 * r + e] = kExp2OnFmaEvery > 0 && i % kExp2OnFmaEvery == kExp2OnFmaEvery - 1 ? exp2_on_fma(x) : exp2f(x);
+      }
       sum += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
     }
     rows.sum[r] = rows.sum[r] * corrections[r] + sum;
@@ -424,7 +439,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
         wgmma_wait<0>();
         fence_registers(s);
         release(&bars.k_empty[kv.stage]);
-        softmax_block<kBlockN>(s, rows, corrections, mask_needed(w.n_begin), w.n_begin * kBlockN, p.scale_log2, t);
+        softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(w.n_begin), w.n_begin * kBlockN, p.scale_log2, t);
         pack_p<T, kBlockN>(s, pf);
         RingPosition<Tile::kStages> pv = kv;  // the stage of the V that P multiplies next
         kv.advance();
@@ -450,7 +465,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
           wgmma_wait<1>();  // S done; P V may still run
           fence_registers(s);
           release(&bars.k_empty[kv.stage]);
-          const bool moved = softmax_block<kBlockN>(s, rows, kRescaleBeforePv ? pending_corrections : corrections,
+          const bool moved = softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, kRescaleBeforePv ? pending_corrections : corrections,
                                                     mask_needed(n_block), n_block * kBlockN, p.scale_log2, t);
           fence_registers(s);  // the softmax runs here, while P V is on the tensor cores
           fence_row_state(rows, kRescaleBeforePv ? pending_corrections : corrections);
@@ -494,7 +509,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
           wgmma_wait<0>();
           fence_registers(s);
           release(&bars.k_empty[kv.stage]);
-          if (softmax_block<kBlockN>(s, rows, corrections, mask_needed(n_block), n_block * kBlockN, p.scale_log2, t)) {
+          if (softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(n_block), n_block * kBlockN, p.scale_log2, t)) {
             rescale<kHeadDim>(o, corrections);
           }
           pack_p<T, kBlockN>(s, pf);

@@ -15,6 +15,8 @@ struct Fa3ForwardTile {
   static constexpr int kBlockN = kHeadDim <= 64 ? 112 : kHeadDim <= 128 ? 128 : (kHeadDim <= 192 ? 112 : 80);
   static constexpr int kStages = 2;
   static constexpr int kPanels = (kHeadDim + 63) / 64;  // 64-column panels of the 128-byte swizzle
+  // Every kExp2OnFmaEvery-th group of 8 keys takes its exponentials on the FMA pipes (0: none).
+  static constexpr int kExp2OnFmaEvery = 0;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   // setmaxnreg: the producer gives its registers to the consumers (65536 per SM, one block).
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 3 ? 32 : 24;
