@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FLASHLAB_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FLASHLAB_HOST_DEVICE inline
-#endif
+#include "host_device.hpp"
 
 namespace flashlab {
 

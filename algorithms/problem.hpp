@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "mask_rule.hpp"
 #include "philox.hpp"
 
 namespace flashlab {
@@ -31,6 +32,7 @@ float round_to(DType dtype, float value);
 // top-left (query i sees key j iff j <= i) or bottom-right, the flash-attention convention
 // (query i sees key j iff j <= i + seqlen_k - seqlen_q). The sliding window uses the same
 // alignment: key j is visible iff i + offset - window_left <= j <= i + offset + window_right.
+// The rule itself, shared with the GPU kernels, is MaskRule (mask_rule.hpp).
 enum class CausalAlignment { top_left, bottom_right };
 
 struct Mask {
@@ -132,6 +134,8 @@ struct HeadProblem {
 
   // The corner alignment: query i is aligned with key i + diagonal_offset().
   int diagonal_offset() const;
+  // The causal and window rule of this sequence, as the kernels apply it.
+  MaskRule mask_rule() const;
   bool key_visible(int row, int col) const;
   bool key_visible_ignoring_sparsity(int row, int col) const;  // causal and window only
   // The modified score of a visible (row, col), from the scaled dot product.
@@ -151,25 +155,21 @@ struct HeadProblem {
 };
 
 // Inline: the tiled schedules ask these once per block pair.
-inline int HeadProblem::diagonal_offset() const {
-  return mask.alignment == CausalAlignment::bottom_right ? seqlen_k - seqlen_q : 0;
+inline MaskRule HeadProblem::mask_rule() const {
+  return make_mask_rule(mask.alignment == CausalAlignment::bottom_right, mask.window_left,
+                        mask.effective_window_right(), seqlen_q, seqlen_k);
 }
 
+inline int HeadProblem::diagonal_offset() const { return mask_rule().offset; }
+
 inline bool HeadProblem::key_visible_ignoring_sparsity(int row, int col) const {
-  const int diagonal = row + diagonal_offset();
-  if (mask.causal && col > diagonal) return false;
-  if (mask.window_right >= 0 && col > diagonal + mask.window_right) return false;
-  if (mask.window_left >= 0 && col < diagonal - mask.window_left) return false;
-  return true;
+  return mask_rule().visible(row, col);
 }
 
 inline std::pair<int, int> HeadProblem::visible_key_range(int row_begin, int row_end) const {
-  int first = 0, last = seqlen_k;
-  const int offset = diagonal_offset();
-  const int right = mask.effective_window_right();
-  if (right >= 0) last = std::min(last, row_end - 1 + offset + right + 1);
-  if (mask.window_left >= 0) first = std::max(first, row_begin + offset - mask.window_left);
-  return {std::clamp(first, 0, seqlen_k), std::clamp(last, 0, seqlen_k)};
+  const MaskRule rule = mask_rule();
+  // The rule's first key lies past the keys when the rows see none: clamped here.
+  return {std::min(rule.first_key(row_begin), seqlen_k), rule.last_key(row_end - 1)};
 }
 
 inline HeadProblem::BlockCoverage HeadProblem::coverage(int row_begin, int row_end, int col_begin, int col_end) const {
@@ -190,12 +190,8 @@ inline HeadProblem::BlockCoverage HeadProblem::coverage(int row_begin, int row_e
     if (!any) return BlockCoverage::empty;
     if (!all) return BlockCoverage::partial;
   }
-  // Full iff the top-right corner is visible for the first row and the bottom-left for the last.
-  const bool corners = key_visible_ignoring_sparsity(row_begin, col_end - 1) &&
-                       key_visible_ignoring_sparsity(row_end - 1, col_begin) &&
-                       key_visible_ignoring_sparsity(row_begin, col_begin) &&
-                       key_visible_ignoring_sparsity(row_end - 1, col_end - 1);
-  return corners ? BlockCoverage::full : BlockCoverage::partial;
+  const bool full = mask_rule().block_full(row_begin, row_end - 1, col_begin, col_end);
+  return full ? BlockCoverage::full : BlockCoverage::partial;
 }
 
 HeadProblem head_problem(const Problem& problem, int batch_index, int head_index);

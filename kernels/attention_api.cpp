@@ -1,4 +1,5 @@
-// Checks shared by every kernel generation's host API (see attention_api.hpp).
+// What every rung's host side shares (see attention_api.hpp): the checks, and the one
+// flattening of a Problem and the host API's tensors into the kernels' AttentionParams.
 #include "kernels/attention_api.hpp"
 
 #include <cuda_runtime.h>
@@ -7,7 +8,39 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/common/attention_params.hpp"
+#include "kernels/common/constants.hpp"
+
 namespace flashlab::kernels {
+
+namespace {
+
+AttentionParams flatten(const Problem& problem, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                        const DeviceTensor& o, const DeviceTensor& lse, const int* cu_seqlens_q,
+                        const int* cu_seqlens_k) {
+  AttentionParams params{};
+  params.q = q, params.k = k, params.v = v, params.o = o, params.lse = lse;
+  params.cu_seqlens_q = problem.varlen() ? cu_seqlens_q : nullptr;
+  params.cu_seqlens_k = problem.varlen() ? cu_seqlens_k : nullptr;
+  params.seqlen_q = problem.seqlen_q, params.seqlen_k = problem.seqlen_k;
+  params.heads_q = problem.heads_q, params.group_size = problem.group_size();
+  params.head_dim = problem.head_dim;
+  params.scale_log2 = static_cast<float>(problem.scale() * kLog2e);
+  params.bottom_right = problem.mask.alignment == CausalAlignment::bottom_right ? 1 : 0;
+  params.window_left = problem.mask.window_left;
+  params.window_right = problem.mask.effective_window_right();
+  return params;
+}
+
+}  // namespace
+
+AttentionParams make_attention_params(const Problem& problem, const ForwardArgs& args) {
+  return flatten(problem, args.q, args.k, args.v, args.o, args.lse, args.cu_seqlens_q, args.cu_seqlens_k);
+}
+
+AttentionParams make_attention_params(const Problem& problem, const BackwardArgs& args) {
+  return flatten(problem, args.q, args.k, args.v, args.o, args.lse, args.cu_seqlens_q, args.cu_seqlens_k);
+}
 
 DeviceTensor flash_layout(void* data, const Problem& problem, int heads, int dim, bool is_query_side) {
   DeviceTensor tensor;

@@ -1,10 +1,11 @@
-// The host API shared by every GPU kernel generation. A kernel takes the same problem description
-// as the CPU schedules (flashlab::Problem: shapes, masks, dtype, varlen offsets) plus device
-// pointers with their strides and a stream. What a kernel cannot do is refused with
-// std::invalid_argument naming the unsupported input and what is allowed: there is no silent
-// fallback to another kernel or another precision.
+// The host API shared by every rung of the kernel ladder (kernels/README.md). A kernel takes the
+// same problem description as the CPU schedules (flashlab::Problem: shapes, masks, dtype, varlen
+// offsets) plus device pointers with their strides and a stream. What a kernel cannot do is
+// refused with std::invalid_argument naming the unsupported input and what is allowed: there is
+// no silent fallback to another kernel or another precision.
 //
-// Layouts. A tensor is addressed as
+// Layouts. A tensor is a DeviceTensor (kernels/common/device_tensor.hpp, the type every kernel's
+// parameters hold too), addressed as
 //   data[batch_index * batch_stride + position * row_stride + head * head_stride + column]
 // in elements (the last dimension is contiguous). For variable-length batches (problem.varlen())
 // position is the packed row (cu_seqlens[b] + i) and batch_stride is ignored. The defaults made by
@@ -18,17 +19,9 @@
 #include <cuda_runtime_api.h>
 
 #include "algorithms/problem.hpp"
+#include "kernels/common/device_tensor.hpp"
 
 namespace flashlab::kernels {
-
-// A device tensor of one of Q, K, V, O, dO, dQ, dK, dV (in the problem's dtype) or LSE (fp32,
-// dim 1: column is always 0).
-struct DeviceTensor {
-  void* data = nullptr;
-  std::int64_t batch_stride = 0;  // elements; ignored for varlen problems
-  std::int64_t row_stride = 0;    // elements between consecutive positions of a sequence
-  std::int64_t head_stride = 0;   // elements between consecutive heads
-};
 
 // The flash-attention layout [rows, heads, dim] (rows = batch * seqlen, or packed for varlen).
 DeviceTensor flash_layout(void* data, const Problem& problem, int heads, int dim, bool is_query_side);
@@ -65,13 +58,13 @@ struct BackwardArgs {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Generation 1 (kernels/01_fa1_forward.cu): FA1 Algorithm 1. One thread block per (batch, head),
+// Rung 1 (kernels/01_fa1_sm75/): FA1 Algorithm 1. One thread block per (batch, head),
 // K/V blocks in the outer loop, Q blocks in the inner loop, O, l and m re-read and re-written in
 // HBM. fp16 only, head_dim <= 128, compute capability >= 7.5 (mma.sync m16n8k8 on sm_75).
 void fa1_forward(const Problem& problem, const ForwardArgs& args);
 std::size_t fa1_forward_workspace_bytes(const Problem& problem);
 
-// Generation 2 (kernels/02_fa2_forward.cu): FA2 forward. bf16 and fp16, head_dim 32..256 in
+// Rung 2 (kernels/02_fa2_sm80/forward_*): FA2 forward. bf16 and fp16, head_dim 32..256 in
 // multiples of 8, causal (both alignments), sliding windows, GQA/MQA, varlen. cc >= 8.0.
 // The tiling of head dims above 128 depends on the shared memory a block may take (an A100's
 // 163 KB, a Hopper's 227 KB): fa2_forward_within picks it for a device whose limit is
@@ -79,7 +72,7 @@ std::size_t fa1_forward_workspace_bytes(const Problem& problem);
 void fa2_forward(const Problem& problem, const ForwardArgs& args);
 void fa2_forward_within(const Problem& problem, const ForwardArgs& args, int shared_bytes_limit);
 
-// Generation 2 backward (kernels/03_fa2_backward.cu).
+// Rung 2 backward (kernels/02_fa2_sm80/backward_*): FA2 Algorithm 2.
 void fa2_backward(const Problem& problem, const BackwardArgs& args);
 std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool deterministic);
 
@@ -106,7 +99,7 @@ struct Fa3Steps {
 void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa3Steps& steps);
 
 // ---------------------------------------------------------------------------------------------
-// Checks shared by the generations (kernels/attention_api.cu). Each throws std::invalid_argument
+// Checks shared by the rungs (kernels/attention_api.cpp). Each throws std::invalid_argument
 // naming the input and the allowed range.
 
 // problem.validate() plus the features no kernel implements yet: ALiBi, softcap, block sparsity,

@@ -291,9 +291,10 @@ def run(args):
                 # Ours, forward (FA2; FA1 where it applies: fp16 only, so on fp16 copies of the same data).
                 timers = {}
                 for name, impl in libs.items():
-                    generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and "fa3" in args.generations else [])
+                    wanted = args.generations if name == "fa2" else args.variant_generations
+                    generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 else [])
                     for generation_name, generation in generations:
-                        if generation_name not in args.generations:
+                        if generation_name not in wanted:
                             continue
                         label = name.replace("fa2", generation_name, 1)
                         o.fill_(float("nan"))
@@ -428,6 +429,8 @@ def main():
                         help="another build of libflashlab_kernels_c.so, its FA2 (FA3) timed as fa2@NAME (fa3@NAME)")
     parser.add_argument("--generations", nargs="+", default=["fa1", "fa2", "fa3"], choices=["fa1", "fa2", "fa3"],
                         help="which of our kernel generations to time")
+    parser.add_argument("--variant-generations", nargs="+", default=["fa2", "fa3"], choices=["fa2", "fa3"],
+                        help="which generations of the --variant builds to time")
     parser.add_argument("--sdpa", nargs="+", default=list(SDPA_BACKENDS), choices=list(SDPA_BACKENDS),
                         help="which SDPA backends to time")
     parser.add_argument("--fp16", action="store_true", help="also time our FA3 on fp16 copies of the inputs")

@@ -4,7 +4,7 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 compare (default: build tests bench). compare: COMPARE_PATCHES="<git diff
+# sanitize-sm90 fa4 variants compare (default: build tests bench). compare: COMPARE_PATCHES="<git diff
 # file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
 # bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
 set -uo pipefail
@@ -162,6 +162,24 @@ torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
   for side in ours sdpa; do
     echo "== $side"; grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory Throughput|Warp Cycles Per Issued|Executed Ipc A|Block Size|Grid Size|Dynamic Shared" "$OUT/ncu_bwd_$side.txt" | head -24
   done
+}
+step_variants() {
+  # Libraries of candidate changes, kept for a later call on the same machine (its benchmark takes
+  # them with --variant NAME=/tmp/flashlab_variants/NAME.so): each patch of COMPARE_PATCHES is
+  # applied, built incrementally, its library copied, and reverted; the base is rebuilt last.
+  local libs=/tmp/flashlab_variants lib=$BUILD/kernels/libflashlab_kernels_c.so patch name
+  mkdir -p $libs
+  for patch in ${COMPARE_PATCHES:?variants needs COMPARE_PATCHES=\"<git diff file>...\"}; do
+    name=$(basename "$patch" .patch)
+    patch -p1 --quiet <"$patch" || { echo "$name: the patch does not apply"; status=1; continue; }
+    if cmake --build $BUILD --target flashlab_kernels_c -j16 >"$OUT/variant_$name.log" 2>&1; then
+      cp $lib "$libs/$name.so" && echo "variant $name: $libs/$name.so"
+    else
+      echo "$name: build failed"; grep -m20 -E "error" "$OUT/variant_$name.log"; status=1
+    fi
+    patch -R -p1 --quiet <"$patch"
+  done
+  cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels flashlab_kernels_c} -j16 >>"$OUT/build.log" 2>&1
 }
 step_compare() {
   # Candidate changes measured against the current tree in one run. Each patch of COMPARE_PATCHES

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
+#include <sstream>
 #include <stdexcept>
 
 namespace flashlab::sim {
@@ -46,6 +47,26 @@ nlohmann::json to_json(const BlockSizes& b) {
 nlohmann::json to_json(const Roofline& r) {
   return {{"seconds", r.seconds},         {"bound_by", r.bound_by},       {"hbm_seconds", r.hbm_seconds},
           {"matmul_seconds", r.matmul_seconds}, {"exp_seconds", r.exp_seconds}, {"other_seconds", r.other_seconds}};
+}
+
+nlohmann::json to_json(const kernels::KernelTiling& t) {
+  return {{"generation", t.generation},     {"direction", t.direction},   {"head_dim", t.head_dim},
+          {"shared_budget", t.shared_budget}, {"block_rows", t.block_rows}, {"block_cols", t.block_cols},
+          {"warps", t.warps},               {"stages", t.stages},         {"shared_bytes", t.shared_bytes},
+          {"min_shared_limit", t.min_shared_limit}};
+}
+
+void print_kernel_tilings(std::ostream& out, const std::vector<kernels::KernelTiling>& tilings) {
+  out << std::left << std::setw(5) << "gen" << std::setw(10) << "direction" << std::right << std::setw(5) << "d"
+      << std::setw(9) << "budget" << std::setw(8) << "Br x Bc" << std::setw(7) << "warps" << std::setw(8) << "stages"
+      << std::setw(14) << "shared bytes" << "\n";
+  for (const kernels::KernelTiling& t : tilings) {
+    std::ostringstream blocks;
+    blocks << t.block_rows << "x" << t.block_cols;
+    out << std::left << std::setw(5) << t.generation << std::setw(10) << t.direction << std::right << std::setw(5)
+        << t.head_dim << std::setw(7) << t.shared_budget / 1024 << " K" << std::setw(8) << blocks.str() << std::setw(7)
+        << t.warps << std::setw(8) << t.stages << std::setw(14) << t.shared_bytes << "\n";
+  }
 }
 
 std::string human_bytes(double bytes) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "algorithms/tile_memory.hpp"
+#include "kernels/tilings.hpp"
 #include "machines.hpp"
 #include "schedules.hpp"
 
@@ -24,6 +25,12 @@ std::int64_t hbm_elements(const Counters& counters);
 nlohmann::json to_json(const Counters& counters);
 nlohmann::json to_json(const BlockSizes& blocks);
 nlohmann::json to_json(const Roofline& roofline);
+
+// The GPU kernels' tilings (kernels/tilings.hpp): {"generation", "direction", "head_dim",
+// "shared_budget", "block_rows", "block_cols", "warps", "stages", "shared_bytes",
+// "min_shared_limit"}, and a table with one row per tiling.
+nlohmann::json to_json(const kernels::KernelTiling& tiling);
+void print_kernel_tilings(std::ostream& out, const std::vector<kernels::KernelTiling>& tilings);
 
 // A table: one row per tensor with traffic (reads and writes in elements and bytes), then the
 // totals, FLOPs and the SRAM peak.

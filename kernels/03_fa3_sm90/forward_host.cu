@@ -3,12 +3,14 @@
 // from the Problem and dispatches to the instance for the padded head dim and the dtype. The
 // kernel is in forward_kernel.cuh.
 #include <climits>
-#include <cmath>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/03_fa3_sm90/forward_kernel.cuh"
 #include "kernels/attention_api.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/common/dispatch.hpp"
 #include "kernels/common/tma_host.hpp"
 
 namespace flashlab::kernels {
@@ -19,25 +21,13 @@ constexpr const char* kName = "fa3_forward";
 
 [[noreturn]] void refuse(const std::string& message) { throw std::invalid_argument(std::string(kName) + ": " + message); }
 
-// The padded head dims with an instance (forward_instances/).
-int padded_head_dim(int head_dim) {
-  for (const int padded : {64, 96, 128, 192, 256}) {
-    if (head_dim <= padded) return padded;
-  }
-  refuse("head_dim = " + std::to_string(head_dim) + " is not supported; allowed: multiples of 8 in [8, 256]");
-}
-
 #ifdef FLASHLAB_HAVE_SM90A
 template <typename T>
-void dispatch_head_dim(int padded, const Fa3ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream) {
-  switch (padded) {
-    case 64: return launch_fa3_forward<T, 64>(params, steps, stream);
-    case 96: return launch_fa3_forward<T, 96>(params, steps, stream);
-    case 128: return launch_fa3_forward<T, 128>(params, steps, stream);
-    case 192: return launch_fa3_forward<T, 192>(params, steps, stream);
-    case 256: return launch_fa3_forward<T, 256>(params, steps, stream);
-  }
-  throw std::logic_error("fa3_forward: no instance for padded head dim " + std::to_string(padded));
+void dispatch(int padded, const fa3::ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream) {
+  const bool launched = dispatch_head_dim<fa3::kForwardHeadDims>(padded, [&]<int kHeadDim>() {
+    fa3::launch_fa3_forward<T, kHeadDim>(params, steps, stream);
+  });
+  if (!launched) throw std::logic_error("fa3_forward: no instance for padded head dim " + std::to_string(padded));
 }
 #endif
 
@@ -63,41 +53,34 @@ std::size_t fa3_forward_workspace_bytes(const Problem&) { return 16; }
 
 void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa3Steps& steps) {
   require_kernel_supported(problem, kName);
-  if (problem.head_dim < 8 || problem.head_dim > 256 || problem.head_dim % 8 != 0) {
-    refuse("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of 8 in [8, 256]");
+  constexpr int kMaxHeadDim = fa3::kForwardHeadDims[std::size(fa3::kForwardHeadDims) - 1];
+  if (problem.head_dim < kChunkElements || problem.head_dim > kMaxHeadDim || problem.head_dim % kChunkElements != 0) {
+    refuse("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of " +
+           std::to_string(kChunkElements) + " in [" + std::to_string(kChunkElements) + ", " + std::to_string(kMaxHeadDim) + "]");
   }
   require_compute_capability_exactly(9, 0, kName);
   // TMA: 16-byte aligned tensors, strides in multiples of 16 bytes.
-  require_forward_args(problem, args, kName, 16, 8);
-  const int padded = padded_head_dim(problem.head_dim);
-  const Fa3TileShape shape = fa3_forward_tile_shape(padded);
-  const long long m_blocks = (static_cast<long long>(problem.seqlen_q) + shape.block_m - 1) / shape.block_m;
+  require_forward_args(problem, args, kName, 16, kChunkElements);
+  const int padded = fa3::forward_padded_head_dim(problem.head_dim);
+  int block_m = 0, block_n = 0;
+  dispatch_head_dim<fa3::kForwardHeadDims>(padded, [&]<int kHeadDim>() {
+    block_m = fa3::ForwardTiling<kHeadDim>::kBlockM, block_n = fa3::ForwardTiling<kHeadDim>::kBlockN;
+  });
+  const long long m_blocks = (static_cast<long long>(problem.seqlen_q) + block_m - 1) / block_m;
   const long long tiles = m_blocks * problem.heads_q * problem.batch;
   if (tiles > INT_MAX) {
     refuse("batch x heads_q x query blocks = " + std::to_string(tiles) + "; allowed: at most " + std::to_string(INT_MAX));
   }
 
-  Fa3ForwardParams params{};
+  fa3::ForwardParams params{};
+  static_cast<AttentionParams&>(params) = make_attention_params(problem, args);
   params.q_map = make_tma_map(tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: q");
-  params.k_map = make_tma_map(tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, shape.block_n,
+  params.k_map = make_tma_map(tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
                               "fa3_forward: k");
-  params.v_map = make_tma_map(tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, shape.block_n,
+  params.v_map = make_tma_map(tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
                               "fa3_forward: v");
   params.o_map = make_tma_map(tma_tensor(args.o, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: o");
-  params.o = args.o.data;
-  params.o_row_stride = args.o.row_stride, params.o_head_stride = args.o.head_stride;
-  params.o_batch_stride = problem.varlen() ? 0 : args.o.batch_stride;
-  params.lse = static_cast<float*>(args.lse.data);
-  params.lse_row_stride = args.lse.row_stride, params.lse_head_stride = args.lse.head_stride;
-  params.lse_batch_stride = problem.varlen() ? 0 : args.lse.batch_stride;
-  params.cu_seqlens_q = problem.varlen() ? args.cu_seqlens_q : nullptr;
-  params.cu_seqlens_k = problem.varlen() ? args.cu_seqlens_k : nullptr;
-  params.batch = problem.batch, params.heads_q = problem.heads_q, params.group_size = problem.group_size();
-  params.seqlen_q = problem.seqlen_q, params.seqlen_k = problem.seqlen_k, params.head_dim = problem.head_dim;
-  params.scale_log2 = static_cast<float>(problem.scale() * M_LOG2E);
-  params.bottom_right = problem.mask.alignment == CausalAlignment::bottom_right ? 1 : 0;
-  params.window_left = problem.mask.window_left;
-  params.window_right = problem.mask.effective_window_right();
+  params.batch = problem.batch;
   params.m_blocks = static_cast<int>(m_blocks);
   params.tiles = static_cast<int>(tiles);
   params.heaviest_first = problem.mask.causal ? 1 : 0;
@@ -117,9 +100,9 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
 #ifdef FLASHLAB_HAVE_SM90A
   try {
     if (problem.dtype == DType::bf16) {
-      dispatch_head_dim<__nv_bfloat16>(padded, params, steps, args.stream);
+      dispatch<__nv_bfloat16>(padded, params, steps, args.stream);
     } else {
-      dispatch_head_dim<__half>(padded, params, steps, args.stream);
+      dispatch<__half>(padded, params, steps, args.stream);
     }
   } catch (...) {
     if (args.workspace == nullptr) cudaFreeAsync(workspace, args.stream);

@@ -28,34 +28,26 @@
 
 #include "kernels/03_fa3_sm90/forward_tiling.hpp"
 #include "kernels/attention_api.hpp"
+#include "kernels/common/attention_params.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/common/conversions.cuh"
+#include "kernels/common/reductions.cuh"
 #include "kernels/common/sm90_sync.cuh"
 #include "kernels/common/sm90_tma.cuh"
 #include "kernels/common/sm90_wgmma.cuh"
-#include "kernels/kernel_common.cuh"
 
-namespace flashlab::kernels {
+namespace flashlab::kernels::fa3 {
 
-struct Fa3ForwardParams {
+// AttentionParams (the tensors, for O's plain stores and LSE; shapes, mask, scale) and TMA's
+// view of Q, K, V and O.
+struct ForwardParams : AttentionParams {
   CUtensorMap q_map, k_map, v_map, o_map;  // (column, row, head, batch); varlen: one batch of packed rows
-  void* o;                                 // for the plain stores of varlen batches
-  std::int64_t o_row_stride, o_head_stride, o_batch_stride;
-  float* lse;
-  std::int64_t lse_row_stride, lse_head_stride, lse_batch_stride;
-  const int* cu_seqlens_q;  // null unless varlen
-  const int* cu_seqlens_k;
-  int batch, heads_q, group_size;
-  int seqlen_q, seqlen_k;  // fixed lengths (varlen: the maxima)
-  int head_dim;            // the real head dim (<= the instance's padded one)
-  float scale_log2;        // softmax scale * log2(e)
-  int bottom_right;        // causal / window alignment: 1 bottom-right, 0 top-left
-  int window_left, window_right;  // -1: unbounded; causal already folded into window_right
+  int batch;
   int m_blocks;            // query blocks per sequence (of the longest for varlen)
   int tiles;               // m_blocks * heads_q * batch
   int heaviest_first;      // causal: tiles with the most keys first, taken dynamically when persistent
   int* tile_counter;       // zeroed before the launch: the dynamic scheduler's next tile - gridDim.x
 };
-
-namespace fa3 {
 
 using namespace device;
 using namespace sm90;
@@ -66,7 +58,7 @@ constexpr int kTurnBarrier = 1, kEpilogueBarrier = 4;
 struct TileCoordinates {
   int m_block, head, batch;
 };
-__device__ __forceinline__ TileCoordinates tile_coordinates(const Fa3ForwardParams& p, int tile) {
+__device__ __forceinline__ TileCoordinates tile_coordinates(const ForwardParams& p, int tile) {
   const int heads_batches = p.heads_q * p.batch;
   // Causal: the last query blocks see the most keys; non-causal: neighbouring tiles share K and V.
   const int m_block = p.heaviest_first ? p.m_blocks - 1 - tile / heads_batches : tile % p.m_blocks;
@@ -74,29 +66,24 @@ __device__ __forceinline__ TileCoordinates tile_coordinates(const Fa3ForwardPara
   return {m_block, rest % p.heads_q, rest / p.heads_q};
 }
 
-// One tile's rows and keys: where its sequence starts (packed rows for varlen), its lengths, its
-// key blocks, and the batch coordinate of the tensor maps.
+// One tile's sequence (its lengths, where it starts: SequenceView), its key blocks and its mask.
+// The tensor maps address a sequence by (row, batch): position_q / position_k and batch.
 struct TileWork {
-  int seqlen_q, seqlen_k, first_q, first_k, map_batch;
-  int row_begin, n_begin, n_end;
+  SequenceView sequence;
   MaskRule mask;
-  __device__ __forceinline__ bool has_rows() const { return row_begin < seqlen_q; }
+  int row_begin, n_begin, n_end;
+  __device__ __forceinline__ bool has_rows() const { return row_begin < sequence.seqlen_q; }
 };
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ TileWork tile_work(const Fa3ForwardParams& p, const TileCoordinates& tile) {
+__device__ __forceinline__ TileWork tile_work(const ForwardParams& p, const TileCoordinates& tile) {
   TileWork w;
-  w.seqlen_q = p.seqlen_q, w.seqlen_k = p.seqlen_k, w.first_q = 0, w.first_k = 0, w.map_batch = tile.batch;
-  if (p.cu_seqlens_q != nullptr) {
-    w.first_q = p.cu_seqlens_q[tile.batch], w.first_k = p.cu_seqlens_k[tile.batch];
-    w.seqlen_q = p.cu_seqlens_q[tile.batch + 1] - w.first_q, w.seqlen_k = p.cu_seqlens_k[tile.batch + 1] - w.first_k;
-    w.map_batch = 0;
-  }
+  w.sequence = sequence_view(p, tile.batch);
+  w.mask = mask_rule(p, w.sequence);
   w.row_begin = tile.m_block * kBlockM;
-  w.mask = MaskRule{p.bottom_right ? w.seqlen_k - w.seqlen_q : 0, p.window_left, p.window_right, w.seqlen_k};
   w.n_begin = w.n_end = 0;
   if (w.has_rows()) {
     // FA2 Algorithm 1 with masks: only the key blocks some row of the tile can see are visited.
-    const int row_last = min(w.row_begin + kBlockM, w.seqlen_q) - 1;
+    const int row_last = min(w.row_begin + kBlockM, w.sequence.seqlen_q) - 1;
     const int key_first = w.mask.first_key(w.row_begin), key_last = w.mask.last_key(row_last);
     w.n_begin = key_first / kBlockN;
     w.n_end = key_last > key_first ? (key_last + kBlockN - 1) / kBlockN : w.n_begin;
@@ -113,11 +100,11 @@ struct Barriers;
 // has issued the loads of the last, and hands it to the consumers through a two-slot ring in
 // shared memory; an index >= p.tiles ends the walk.
 template <bool kPersistent, bool kProducer, class Body>
-__device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, Barriers& bars, const Body& body);
+__device__ __forceinline__ void for_each_tile(const ForwardParams& p, Barriers& bars, const Body& body);
 
 template <int kHeadDim>
 struct SharedLayout {
-  using Tile = Fa3ForwardTile<kHeadDim>;
+  using Tile = ForwardTiling<kHeadDim>;
   // Byte offsets from the 1024-byte aligned base: Q, (O), the K ring, the V ring, the barriers.
   static constexpr int kQ = 0;
   static constexpr int kO = Tile::kOAliasesQ ? kQ : Tile::kQBytes;
@@ -135,7 +122,7 @@ struct Barriers {
 };
 
 template <bool kPersistent, bool kProducer, class Body>
-__device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, Barriers& bars, const Body& body) {
+__device__ __forceinline__ void for_each_tile(const ForwardParams& p, Barriers& bars, const Body& body) {
   const bool dynamic = kPersistent && p.heaviest_first;
   int walked = 0;
   for (int tile = blockIdx.x; tile < p.tiles; ++walked) {
@@ -165,8 +152,8 @@ __device__ __forceinline__ void for_each_tile(const Fa3ForwardParams& p, Barrier
 // ---------------------------------------------------------------------------------------------
 // The producer: one thread issues every TMA load (Algorithm 1 lines 4 and 6-7 of FA2, as copies).
 template <int kHeadDim, bool kPersistent>
-__device__ void produce(const Fa3ForwardParams& p, unsigned char* shared, Barriers& bars) {
-  using Tile = Fa3ForwardTile<kHeadDim>;
+__device__ void produce(const ForwardParams& p, unsigned char* shared, Barriers& bars) {
+  using Tile = ForwardTiling<kHeadDim>;
   using Layout = SharedLayout<kHeadDim>;
   constexpr int kQPanel = Tile::kBlockM * 128, kKVPanel = Tile::kBlockN * 128;
   tma_prefetch_map(p.q_map), tma_prefetch_map(p.k_map), tma_prefetch_map(p.v_map);
@@ -180,24 +167,26 @@ __device__ void produce(const Fa3ForwardParams& p, unsigned char* shared, Barrie
       mbarrier_arrive_expect_bytes(&bars.q_full[group], Tile::kPanels * 64 * 128);
       for (int panel = 0; panel < Tile::kPanels; ++panel) {
         tma_load(shared + Layout::kQ + panel * kQPanel + group * 64 * 128, p.q_map, panel * 64,
-                 w.first_q + w.row_begin + 64 * group, tile.head, w.map_batch, &bars.q_full[group]);
+                 static_cast<int>(w.sequence.position_q) + w.row_begin + 64 * group, tile.head,
+                 static_cast<int>(w.sequence.batch), &bars.q_full[group]);
       }
     }
     q_phase ^= 1;
     const int kv_head = tile.head / p.group_size;
     for (int n_block = w.n_begin; n_block < w.n_end; ++n_block, kv.advance()) {
-      const int key0 = w.first_k + n_block * Tile::kBlockN;
+      const int key0 = static_cast<int>(w.sequence.position_k) + n_block * Tile::kBlockN;
+      const int map_batch = static_cast<int>(w.sequence.batch);
       const int stage_offset = kv.stage * Tile::kKVStageBytes;
       mbarrier_wait(&bars.k_empty[kv.stage], kv.phase ^ 1);
       mbarrier_arrive_expect_bytes(&bars.k_full[kv.stage], Tile::kKVStageBytes);
       for (int panel = 0; panel < Tile::kPanels; ++panel) {
-        tma_load(shared + Layout::kK + stage_offset + panel * kKVPanel, p.k_map, panel * 64, key0, kv_head, w.map_batch,
+        tma_load(shared + Layout::kK + stage_offset + panel * kKVPanel, p.k_map, panel * 64, key0, kv_head, map_batch,
                  &bars.k_full[kv.stage]);
       }
       mbarrier_wait(&bars.v_empty[kv.stage], kv.phase ^ 1);
       mbarrier_arrive_expect_bytes(&bars.v_full[kv.stage], Tile::kKVStageBytes);
       for (int panel = 0; panel < Tile::kPanels; ++panel) {
-        tma_load(shared + Layout::kV + stage_offset + panel * kKVPanel, p.v_map, panel * 64, key0, kv_head, w.map_batch,
+        tma_load(shared + Layout::kV + stage_offset + panel * kKVPanel, p.v_map, panel * 64, key0, kv_head, map_batch,
                  &bars.v_full[kv.stage]);
       }
     }
@@ -209,7 +198,7 @@ __device__ void produce(const Fa3ForwardParams& p, unsigned char* shared, Barrie
 
 // The per-thread softmax state of its two rows (g and g + 8 of its warp's 16).
 struct RowState {
-  float max[2];  // running max in log2 units (scale folded in); stale by up to kMaxGrowth
+  float max[2];  // running max in log2 units (scale folded in); stale by up to kRescaleThresholdLog2
   float sum[2];  // this thread's share of the running sum (the quad adds them at the end)
   int low[2], high[2];  // the keys each row sees: [low, high]
 };
@@ -227,7 +216,7 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
 
 // Lines 9-10 on one block of scores: mask (only where the block crosses the mask's edge), the
 // block's row max, the running max (moved only when the block's exceeds it by more than
-// kMaxGrowth: FA4's conditional rescaling, so P <= 2^kMaxGrowth and O and l keep the same stale
+// kRescaleThresholdLog2: FA4's conditional rescaling, so P <= 2^kRescaleThresholdLog2 and O and l keep the same stale
 // max), P = exp2(s * scale - max) packed as the A operand of P V, the running sums. Returns
 // whether some row of this warp moved its max (corrections then hold the factors for O). P stays
 // in s in fp32 until pack_p.
@@ -235,7 +224,6 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
 template <int kBlockN, int kExp2OnFmaEvery>
 __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState& rows, float (&corrections)[2],
                                               bool mask_block, int key0, float scale_log2, int t) {
-  constexpr float kMaxGrowth = 8.0f;
   if (mask_block) {
 #pragma unroll
     for (int i = 0; i < kBlockN / 8; ++i)
@@ -255,16 +243,15 @@ __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState&
     for (int i = 0; i < kBlockN / 8; ++i) partial[i] = fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
     float block_max = 0.f;
     if constexpr ((kBlockN / 8 & (kBlockN / 8 - 1)) == 0) {
-      block_max = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
+      block_max = tree_reduce(partial, MaxOp{});
     } else {
       block_max = partial[0];
 #pragma unroll
       for (int i = 1; i < kBlockN / 8; ++i) block_max = fmaxf(block_max, partial[i]);
     }
-    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
-    block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+    block_max = quad_reduce(block_max, MaxOp{});
     const float scaled_max = block_max * scale_log2;
-    const float new_max = scaled_max > rows.max[r] + kMaxGrowth ? scaled_max : rows.max[r];
+    const float new_max = scaled_max > rows.max[r] + kRescaleThresholdLog2 ? scaled_max : rows.max[r];
     const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
     corrections[r] = exp2f(rows.max[r] - subtract);
     moved = moved || new_max != rows.max[r];
@@ -275,13 +262,15 @@ __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState&
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float x = fmaf(s[4 * i + 2 * r + e], scale_log2, -subtract);
-        s[4 * i + 2 * r + e] = kExp2OnFmaEvery > 0 && i % kExp2OnFmaEvery == kExp2OnFmaEvery - 1 ? exp2_on_fma(x) : exp2f(x);
+        bool on_fma = false;
+        if constexpr (kExp2OnFmaEvery > 0) on_fma = i % kExp2OnFmaEvery == kExp2OnFmaEvery - 1;
+        s[4 * i + 2 * r + e] = on_fma ? exp2_on_fma(x) : exp2f(x);
       }
       sum += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
     }
     rows.sum[r] = rows.sum[r] * corrections[r] + sum;
   }
-  return __any_sync(0xffffffffu, moved);
+  return __any_sync(kAllLanes, moved);
 }
 
 // P rounded to T and packed as the A operand of O += P V: the D of n8 tiles 2k and 2k + 1 is the
@@ -300,21 +289,18 @@ __device__ __forceinline__ void pack_p(const float (&s)[kBlockN / 2], std::uint3
 // The 64 rows of a warpgroup in a tile that sees no key at all (a window, or no keys): O = 0 and
 // LSE = -inf, written directly (no Q was loaded, so shared memory is not ours to use).
 template <typename T, int kHeadDim>
-__device__ void write_unseen_rows(const Fa3ForwardParams& p, const TileWork& w, int head, int group_row0, int thread) {
-  T* o = static_cast<T*>(p.o) + (w.first_q + group_row0) * p.o_row_stride + w.map_batch * p.o_batch_stride +
-         head * p.o_head_stride;
-  constexpr int kChunks = kHeadDim / 8;
+__device__ void write_unseen_rows(const ForwardParams& p, const TileWork& w, int head, int group_row0, int thread) {
+  T* o = static_cast<T*>(p.o.data) + w.sequence.o_start + group_row0 * p.o.row_stride + head * p.o.head_stride;
+  constexpr int kChunks = kHeadDim / kChunkElements;
   for (int index = thread; index < 64 * kChunks; index += 128) {
-    const int row = index / kChunks, column = index % kChunks * 8;
-    if (group_row0 + row < w.seqlen_q && column < p.head_dim) {
-      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + column) = make_uint4(0, 0, 0, 0);
+    const int row = index / kChunks, column = index % kChunks * kChunkElements;
+    if (group_row0 + row < w.sequence.seqlen_q && column < p.head_dim) {
+      *reinterpret_cast<uint4*>(o + row * p.o.row_stride + column) = make_uint4(0, 0, 0, 0);
     }
   }
+  float* lse = static_cast<float*>(p.lse.data) + w.sequence.lse_start + head * p.lse.head_stride;
   for (int row = thread; row < 64; row += 128) {
-    if (group_row0 + row < w.seqlen_q) {
-      p.lse[(w.first_q + group_row0 + row) * p.lse_row_stride + w.map_batch * p.lse_batch_stride +
-            head * p.lse_head_stride] = -INFINITY;
-    }
+    if (group_row0 + row < w.sequence.seqlen_q) lse[(group_row0 + row) * p.lse.row_stride] = -INFINITY;
   }
 }
 
@@ -349,8 +335,8 @@ __device__ __forceinline__ void rescale(float (&o)[kHeadDim / 2], const float (&
 }
 
 template <typename T, int kHeadDim, class Steps>
-__device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barriers& bars, int group) {
-  using Tile = Fa3ForwardTile<kHeadDim>;
+__device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers& bars, int group) {
+  using Tile = ForwardTiling<kHeadDim>;
   using Layout = SharedLayout<kHeadDim>;
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kGroups = Tile::kConsumerWarpgroups;
   constexpr bool kPingPong = Steps::kPingPong, kOverlap = Steps::kIntraWarpgroupOverlap;
@@ -406,13 +392,12 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
     const TileWork w = tile_work<kBlockM, kBlockN>(p, tile);
     if (!w.has_rows()) return;
     const int group_row0 = w.row_begin + 64 * group;  // this warpgroup's first row in the sequence
-    const int group_row_last = min(group_row0 + 63, w.seqlen_q - 1);
+    const int group_row_last = min(group_row0 + 63, w.sequence.seqlen_q - 1);
     RowState rows;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int diagonal = group_row0 + 16 * warp + g + 8 * r + w.mask.offset;
-      rows.high[r] = w.mask.right < 0 ? w.seqlen_k - 1 : min(w.seqlen_k - 1, diagonal + w.mask.right);
-      rows.low[r] = w.mask.left < 0 ? 0 : diagonal - w.mask.left;
+      const KeyInterval keys = w.mask.row_keys(group_row0 + 16 * warp + g + 8 * r);
+      rows.low[r] = keys.low, rows.high[r] = keys.high;
       rows.max[r] = -INFINITY, rows.sum[r] = 0.f;
     }
     if (w.n_end == w.n_begin) return write_unseen_rows<T, kHeadDim>(p, w, tile.head, group_row0, thread);
@@ -530,18 +515,15 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
     }
 
     // Lines 12-13: O / l and LSE = (max + log2 l) ln 2 (a row that saw no key: O = 0, LSE = -inf).
-    const std::int64_t lse_base = w.first_q * p.lse_row_stride + w.map_batch * p.lse_batch_stride +
-                                  tile.head * p.lse_head_stride;
+    float* lse = static_cast<float*>(p.lse.data) + w.sequence.lse_start + tile.head * p.lse.head_stride;
     float inverse[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float sum = rows.sum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float sum = quad_reduce(rows.sum[r], SumOp{});
       inverse[r] = sum > 0.f ? 1.f / sum : 0.f;
       const int row = group_row0 + 16 * warp + g + 8 * r;
-      if (t == 0 && row < w.seqlen_q) {
-        p.lse[lse_base + row * p.lse_row_stride] = sum > 0.f ? (rows.max[r] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
+      if (t == 0 && row < w.sequence.seqlen_q) {
+        lse[row * p.lse.row_stride] = sum > 0.f ? (rows.max[r] + __log2f(sum)) * kLn2Float : -INFINITY;
       }
     }
     // O through shared memory in the TMA box layout: this warpgroup's 64 rows of the O tile.
@@ -562,7 +544,7 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
       named_barrier_sync(kEpilogueBarrier + group, 128);
       if (thread == 0) {
         for (int panel = 0; panel < Tile::kPanels; ++panel) {
-          tma_store(p.o_map, panel * 64, w.row_begin + 64 * group, tile.head, w.map_batch,
+          tma_store(p.o_map, panel * 64, w.row_begin + 64 * group, tile.head, static_cast<int>(w.sequence.batch),
                     o_tile + panel * kBlockM * 128 + group * 64 * 128);
         }
         tma_store_commit();
@@ -574,12 +556,12 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
     } else {
       // Varlen: the sequence ends inside the tensor, so the rows past it are not ours to write.
       named_barrier_sync(kEpilogueBarrier + group, 128);
-      T* o_global = static_cast<T*>(p.o) + w.first_q * p.o_row_stride + tile.head * p.o_head_stride;
-      constexpr int kChunks = kHeadDim / 8;
+      T* o_global = static_cast<T*>(p.o.data) + w.sequence.o_start + tile.head * p.o.head_stride;
+      constexpr int kChunks = kHeadDim / kChunkElements;
       for (int index = thread; index < 64 * kChunks; index += 128) {
-        const int row = index / kChunks, column = index % kChunks * 8;
-        if (group_row0 + row < w.seqlen_q && column < p.head_dim) {
-          *reinterpret_cast<uint4*>(o_global + (group_row0 + row) * p.o_row_stride + column) =
+        const int row = index / kChunks, column = index % kChunks * kChunkElements;
+        if (group_row0 + row < w.sequence.seqlen_q && column < p.head_dim) {
+          *reinterpret_cast<uint4*>(o_global + (group_row0 + row) * p.o.row_stride + column) =
               *reinterpret_cast<const uint4*>(o_tile + swizzled_offset(64 * group + row, column, kBlockM));
         }
       }
@@ -596,8 +578,6 @@ __device__ void consume(const Fa3ForwardParams& p, unsigned char* shared, Barrie
   }
 }
 
-}  // namespace fa3
-
 // Steps as types, so each instance is one kernel.
 template <bool kPingPongStep, bool kOverlapStep, bool kPersistentStep>
 struct Fa3StepSet {
@@ -605,19 +585,19 @@ struct Fa3StepSet {
 };
 
 template <typename T, int kHeadDim, class Steps>
-__global__ void __launch_bounds__(Fa3ForwardTile<kHeadDim>::kThreads, 1)
-    fa3_forward_kernel(const __grid_constant__ Fa3ForwardParams p) {
+__global__ void __launch_bounds__(ForwardTiling<kHeadDim>::kThreads, 1)
+    fa3_forward_kernel(const __grid_constant__ ForwardParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
-  using Tile = Fa3ForwardTile<kHeadDim>;
-  using Layout = fa3::SharedLayout<kHeadDim>;
-  static_assert(Tile::kConsumerWarpgroups <= fa3::Barriers::kMaxGroups && Tile::kStages <= fa3::Barriers::kMaxStages);
-  static_assert(Layout::kBarriers + sizeof(fa3::Barriers) + 1024 <= Tile::kSharedBytes, "barriers and alignment fit");
+  using Tile = ForwardTiling<kHeadDim>;
+  using Layout = SharedLayout<kHeadDim>;
+  static_assert(Tile::kConsumerWarpgroups <= Barriers::kMaxGroups && Tile::kStages <= Barriers::kMaxStages);
+  static_assert(Layout::kBarriers + sizeof(Barriers) + 1024 <= Tile::kSharedBytes, "barriers and alignment fit");
   extern __shared__ unsigned char shared_raw[];
   // Swizzled TMA boxes and wgmma operands want 1024-byte aligned tiles.
   unsigned char* shared = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
-  fa3::Barriers& bars = *reinterpret_cast<fa3::Barriers*>(shared + Layout::kBarriers);
+  Barriers& bars = *reinterpret_cast<Barriers*>(shared + Layout::kBarriers);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int group = 0; group < Tile::kConsumerWarpgroups; ++group) {
@@ -638,10 +618,10 @@ __global__ void __launch_bounds__(Fa3ForwardTile<kHeadDim>::kThreads, 1)
   __syncthreads();
   if (warpgroup == 0) {
     registers_decrease_to<Tile::kProducerRegisters>();
-    if (threadIdx.x == 0) fa3::produce<kHeadDim, Steps::kPersistent>(p, shared, bars);
+    if (threadIdx.x == 0) produce<kHeadDim, Steps::kPersistent>(p, shared, bars);
   } else {
     registers_increase_to<Tile::kConsumerRegisters>();
-    fa3::consume<T, kHeadDim, Steps>(p, shared, bars, warpgroup - 1);
+    consume<T, kHeadDim, Steps>(p, shared, bars, warpgroup - 1);
   }
 #else
   (void)p;
@@ -651,6 +631,6 @@ __global__ void __launch_bounds__(Fa3ForwardTile<kHeadDim>::kThreads, 1)
 
 // Launches one instance (kernels/03_fa3_sm90/forward_launch.cuh, instantiated in forward_instances/).
 template <typename T, int kHeadDim>
-void launch_fa3_forward(const Fa3ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream);
+void launch_fa3_forward(const ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream);
 
-}  // namespace flashlab::kernels
+}  // namespace flashlab::kernels::fa3

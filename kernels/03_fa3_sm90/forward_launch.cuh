@@ -13,11 +13,11 @@
 #include "kernels/03_fa3_sm90/forward_kernel.cuh"
 #include "kernels/attention_api.hpp"
 
-namespace flashlab::kernels {
+namespace flashlab::kernels::fa3 {
 
 template <typename T, int kHeadDim, class Steps>
-void launch_fa3_forward_steps(const Fa3ForwardParams& params, cudaStream_t stream) {
-  using Tile = Fa3ForwardTile<kHeadDim>;
+void launch_fa3_forward_steps(const ForwardParams& params, cudaStream_t stream) {
+  using Tile = ForwardTiling<kHeadDim>;
   auto* kernel = &fa3_forward_kernel<T, kHeadDim, Steps>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes),
              "fa3_forward: cudaFuncSetAttribute(shared memory)");
@@ -33,7 +33,7 @@ void launch_fa3_forward_steps(const Fa3ForwardParams& params, cudaStream_t strea
 }
 
 template <typename T, int kHeadDim>
-void launch_fa3_forward(const Fa3ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream) {
+void launch_fa3_forward(const ForwardParams& params, const Fa3Steps& steps, cudaStream_t stream) {
   if (steps == Fa3Steps{}) return launch_fa3_forward_steps<T, kHeadDim, Fa3StepSet<true, true, true>>(params, stream);
   if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
     const bool ping_pong = steps.ping_pong, overlap = steps.intra_warpgroup_overlap;
@@ -57,10 +57,10 @@ void launch_fa3_forward(const Fa3ForwardParams& params, const Fa3Steps& steps, c
       "ablation's {0,0,0}, {1,0,0}, {1,1,0} and {0,1,1}");
 }
 
-}  // namespace flashlab::kernels
+}  // namespace flashlab::kernels::fa3
 
 #define FLASHLAB_FA3_FORWARD_INSTANCE(kHeadDim)                                                                \
-  template void flashlab::kernels::launch_fa3_forward<__half, kHeadDim>(                                       \
-      const flashlab::kernels::Fa3ForwardParams&, const flashlab::kernels::Fa3Steps&, cudaStream_t);           \
-  template void flashlab::kernels::launch_fa3_forward<__nv_bfloat16, kHeadDim>(                                \
-      const flashlab::kernels::Fa3ForwardParams&, const flashlab::kernels::Fa3Steps&, cudaStream_t);
+  template void flashlab::kernels::fa3::launch_fa3_forward<__half, kHeadDim>(                                  \
+      const flashlab::kernels::fa3::ForwardParams&, const flashlab::kernels::Fa3Steps&, cudaStream_t);        \
+  template void flashlab::kernels::fa3::launch_fa3_forward<__nv_bfloat16, kHeadDim>(                           \
+      const flashlab::kernels::fa3::ForwardParams&, const flashlab::kernels::Fa3Steps&, cudaStream_t);

@@ -7,12 +7,14 @@
 //   flashlab machines                                                      the presets and their sources
 //   flashlab experiment --out-dir out                                      the README's default experiment
 //   flashlab figure2                                                       FA1 Figure 2's HBM column (GPT-2 medium, A100)
+//   flashlab kernel-tiles --machine h200 --json tiles.json                 the GPU kernels' tilings (those an H200 runs)
 //
 // Bad input (unknown schedule or machine, malformed JSON, sizes out of range, M below the smallest
 // working set): one line on stderr naming the problem, exit status 2, no output file written.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,13 +22,16 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "algorithms/00_oracle.hpp"
+#include "kernels/tilings.hpp"
 #include "sim/bounds.hpp"
 #include "sim/check.hpp"
 #include "sim/closed_forms.hpp"
@@ -337,6 +342,47 @@ int command_machines(bool as_json) {
   return 0;
 }
 
+// The tilings the GPU kernels are compiled with (all of them, or those a machine preset's shared
+// memory per block runs), optionally of one generation and direction.
+int command_kernel_tiles(const std::string& machine_key, const std::string& generation, const std::string& direction,
+                         const std::string& json_path, const std::string& command) {
+  require_writable(json_path);
+  std::set<std::string> generations, directions;
+  for (const kernels::KernelTiling& t : kernels::dispatched_tilings()) generations.insert(t.generation), directions.insert(t.direction);
+  auto require_one_of = [](const std::set<std::string>& allowed, const std::string& value, const char* what) {
+    if (value.empty() || allowed.count(value) > 0) return;
+    std::string list;
+    for (const std::string& name : allowed) list += (list.empty() ? "" : ", ") + name;
+    throw BadInput(std::string(what) + " '" + value + "' is unknown; allowed: " + list);
+  };
+  require_one_of(generations, generation, "generation");
+  require_one_of(directions, direction, "direction");
+  std::optional<Machine> machine;
+  if (!machine_key.empty()) machine = find_machine(machine_key);
+  const std::int64_t int_max = std::numeric_limits<int>::max();
+  const std::vector<kernels::KernelTiling> all =
+      machine ? kernels::tilings_for_shared_limit(static_cast<int>(std::min(machine->sram_bytes, int_max)))
+              : kernels::dispatched_tilings();
+  std::vector<kernels::KernelTiling> tilings;
+  for (const kernels::KernelTiling& t : all) {
+    if ((generation.empty() || t.generation == generation) && (direction.empty() || t.direction == direction)) tilings.push_back(t);
+  }
+  if (machine) {
+    std::cout << "the tilings " << machine->key << " runs (" << machine->sram_bytes << " B of shared memory per block)\n";
+  } else {
+    std::cout << "every tiling the kernels are compiled with (per shared-memory budget)\n";
+  }
+  print_kernel_tilings(std::cout, tilings);
+  if (!json_path.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const kernels::KernelTiling& t : tilings) list.push_back(to_json(t));
+    nlohmann::json json{{"format", "flashlab-kernel-tiles"}, {"version", 1}, {"command", command}, {"tilings", list}};
+    if (machine) json["machine"] = machine->key, json["shared_limit"] = machine->sram_bytes;
+    write_file(json_path, json.dump(2) + "\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -395,6 +441,13 @@ int main(int argc, char** argv) {
   CLI::App* figure2 = app.add_subcommand("figure2", "FA1 Figure 2's HBM column: GPT-2 medium forward + backward on an A100");
   figure2->add_option("--json", json_path, "write the table as JSON");
 
+  std::string tiles_machine, tiles_generation, tiles_direction;
+  CLI::App* kernel_tiles = app.add_subcommand("kernel-tiles", "the GPU kernels' tilings (block sizes, warps, stages, shared memory), as compiled");
+  kernel_tiles->add_option("--machine", tiles_machine, "only the tilings this preset's shared memory per block runs (key or .json path)");
+  kernel_tiles->add_option("--generation", tiles_generation, "only this generation (fa1, fa2)");
+  kernel_tiles->add_option("--direction", tiles_direction, "only this direction (forward, backward)");
+  kernel_tiles->add_option("--json", json_path, "write the tilings as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -410,6 +463,7 @@ int main(int argc, char** argv) {
     }
     if (*trace) return command_trace(trace_problem, schedule, trace->count("--dtype") > 0, out, max_events, value_limit);
     if (*machines) return command_machines(as_json);
+    if (*kernel_tiles) return command_kernel_tiles(tiles_machine, tiles_generation, tiles_direction, json_path, command);
     if (*experiment) {
       const Machine machine = machine_key.empty() ? default_machine() : find_machine(machine_key);
       if (!std::filesystem::is_directory(out_dir)) throw BadInput("--out-dir " + out_dir + " is not a directory");

@@ -4,7 +4,9 @@
 // mistake in those rules (an off-by-one in the corner alignment moves the oracle along with the
 // schedules); these pictures are the independent ground truth. The block-level view
 // (HeadProblem::coverage, visible_key_range), with which tiled schedules skip blocks, is held to
-// the element-level rule by brute force.
+// the element-level rule by brute force, and so are the forms of MaskRule that only the GPU
+// kernels call (a row's key interval, a key block's visible queries, the full-block test).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,19 @@ HeadProblem head_for(const MaskPicture& picture) {
   return head_problem(problem, 0, 0);
 }
 
+// Masks whose block-level views are held to the element-level rule.
+std::vector<std::pair<std::string, Mask>> block_test_masks() {
+  return {
+      {"causal bottom-right", causal(CausalAlignment::bottom_right)},
+      {"causal top-left", causal(CausalAlignment::top_left)},
+      {"window (3, 2)", window(3, 2)},
+      {"window (0, -1) top-left", window(0, -1, CausalAlignment::top_left)},
+      {"window (-1, 0)", window(-1, 0)},
+      {"causal + window (4, -1)", window(4, -1, CausalAlignment::bottom_right, true)},
+      {"no mask", Mask{}},
+  };
+}
+
 }  // namespace
 
 TEST_CASE("masks: key_visible draws the hand-made pictures", "[masks]") {
@@ -121,15 +136,7 @@ TEST_CASE("masks: block coverage and visible key ranges agree with key_visible",
   // full or partial exactly as its elements are, and the visible key range of a row block must
   // contain every visible key (tiled schedules skip what these say is empty).
   const auto [seqlen_q, seqlen_k] = GENERATE(table<int, int>({{13, 29}, {29, 13}, {17, 17}, {9, 1}, {1, 9}}));
-  std::vector<std::pair<std::string, Mask>> masks = {
-      {"causal bottom-right", causal(CausalAlignment::bottom_right)},
-      {"causal top-left", causal(CausalAlignment::top_left)},
-      {"window (3, 2)", window(3, 2)},
-      {"window (0, -1) top-left", window(0, -1, CausalAlignment::top_left)},
-      {"window (-1, 0)", window(-1, 0)},
-      {"causal + window (4, -1)", window(4, -1, CausalAlignment::bottom_right, true)},
-  };
-  for (const auto& [name, mask] : masks) {
+  for (const auto& [name, mask] : block_test_masks()) {
     Problem problem;
     problem.seqlen_q = seqlen_q, problem.seqlen_k = seqlen_k, problem.head_dim = 8, problem.mask = mask;
     const HeadProblem head = head_problem(problem, 0, 0);
@@ -154,6 +161,55 @@ TEST_CASE("masks: block coverage and visible key ranges agree with key_visible",
           INFO(name << ", " << seqlen_q << " x " << seqlen_k << ", block rows [" << r0 << ", " << r1 << ") keys [" << c0
                     << ", " << c1 << "): " << visible << " visible");
           CHECK(head.coverage(r0, r1, c0, c1) == expected);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("masks: the kernels' forms of the mask rule agree with key_visible", "[masks]") {
+  const auto [seqlen_q, seqlen_k] = GENERATE(table<int, int>({{13, 29}, {29, 13}, {17, 17}, {9, 1}, {1, 9}}));
+  for (const auto& [name, mask] : block_test_masks()) {
+    Problem problem;
+    problem.seqlen_q = seqlen_q, problem.seqlen_k = seqlen_k, problem.head_dim = 8, problem.mask = mask;
+    const HeadProblem head = head_problem(problem, 0, 0);
+    const MaskRule rule = head.mask_rule();
+    INFO(name << ", " << seqlen_q << " x " << seqlen_k);
+    // One interval per row (the FA2 forward's masked tiles).
+    for (int i = 0; i < seqlen_q; ++i) {
+      const KeyInterval keys = rule.row_keys(i);
+      for (int j = 0; j < seqlen_k; ++j) {
+        INFO("query " << i << ", key " << j << ", interval [" << keys.low << ", " << keys.high << "]");
+        CHECK(head.key_visible(i, j) == (j >= keys.low && j <= keys.high));
+      }
+    }
+    for (const int block : {1, 4, 5}) {
+      // The queries a key block is seen by (the backward's query loop).
+      for (int c0 = 0; c0 < seqlen_k; c0 += block) {
+        const int c1 = std::min(seqlen_k, c0 + block);
+        const IndexRange queries = rule.visible_queries(c0, c1);
+        for (int i = 0; i < seqlen_q; ++i)
+          for (int j = c0; j < c1; ++j) {
+            if (!head.key_visible(i, j)) continue;
+            INFO("key block [" << c0 << ", " << c1 << "): query " << i << " outside [" << queries.first << ", "
+                               << queries.last << ")");
+            CHECK((i >= queries.first && i < queries.last));
+          }
+      }
+      // Full blocks (no element-wise mask), also for key blocks running past the keys.
+      for (int r0 = 0; r0 < seqlen_q; r0 += block) {
+        const int r1 = std::min(seqlen_q, r0 + block);
+        for (int c0 = 0; c0 < seqlen_k; c0 += block) {
+          bool all = true, any = false;
+          for (int i = r0; i < r1; ++i)
+            for (int j = c0; j < c0 + block; ++j) {
+              const bool visible = j < seqlen_k && head.key_visible(i, j);
+              all = all && visible;
+              any = any || visible;
+            }
+          if (!any) continue;  // the kernels never visit such a block
+          INFO("rows [" << r0 << ", " << r1 << ") keys [" << c0 << ", " << c0 + block << ")");
+          CHECK(rule.block_full(r0, r1 - 1, c0, c0 + block) == all);
         }
       }
     }

@@ -1,4 +1,4 @@
-// The FA2 backward kernel (kernels/03_fa2_backward.cu) against the double-precision oracle, with
+// The FA2 backward kernel (kernels/02_fa2_sm80/backward_*) against the double-precision oracle, with
 // the official tests' gradient rule: max error <= 3x that of a naive implementation in the same
 // precision, plus a tiny slack. The forward inputs of the backward (O rounded to the dtype and the
 // LSE) come from the oracle, so a forward-kernel bug cannot hide a backward one.

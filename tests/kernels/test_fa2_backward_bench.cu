@@ -1,4 +1,4 @@
-// Timing of the FA2 backward kernel (kernels/03_fa2_backward.cu) on random bf16 data, in the
+// Timing of the FA2 backward kernel (kernels/02_fa2_sm80/backward_*) on random bf16 data, in the
 // flash-attention FLOP convention (backward = 2.5 x forward = 2.5 x 4 b h s^2 d, halved when
 // causal). Medians of CUDA-event timings after a warm-up. Usage:
 //   test_fa2_backward_bench [total_tokens=16384] [--deterministic] [--seqlens 512,2048,...] [--hdims 64,128]

@@ -1,4 +1,4 @@
-// Our forward kernels (kernels/01_fa1_forward.cu, kernels/02_fa2_forward.cu) through the
+// Our forward kernels (kernels/01_fa1_sm75/, kernels/02_fa2_sm80/forward_*) through the
 // reference-test library's default grid: the official odd shapes, causal both ways, windows,
 // GQA/MQA, varlen, each case with fresh inputs, poisoned outputs, the 2x-naive rule and a
 // determinism re-run. Refusals are expected only where the kernel's contract says so.
@@ -8,6 +8,7 @@
 
 #include "catch.hpp"
 #include "kernels/attention_api.hpp"
+#include "kernels/common/constants.hpp"
 #include "reference/device_attention.hpp"
 
 using namespace flashlab;
@@ -56,9 +57,8 @@ TEST_CASE("FA2 forward kernel: the A100 tiling of head dims 224 and 256, and a l
     const auto grid = reference::default_forward_grid(dtype, {head_dim});
     some.insert(some.end(), grid.begin(), grid.begin() + 15);  // five odd shapes x three masks
   }
-  constexpr int kAmpereSharedBytes = 163 * 1024;
   const auto within_ampere = [](const Problem& problem, const kernels::ForwardArgs& args) {
-    kernels::fa2_forward_within(problem, args, kAmpereSharedBytes);
+    kernels::fa2_forward_within(problem, args, kernels::kAmpereSharedBytes);
   };
   require_grid(reference::check_forward_grid(reference::on_device(within_ampere), some),
                [](const Problem&) { return false; }, "");

@@ -39,6 +39,10 @@ expect_refusal "mask 'diagonal' is not understood" sweep --schedules fa2 --sram 
 expect_refusal "heads_q = 3 is not a multiple of heads_kv = 2" run --schedule fa2 --heads 3 --heads-kv 2 --sram 64K --json "$work/out.json"
 expect_refusal "--bogus" run --bogus
 expect_refusal "events" trace --schedule fa2 --sram 8K --max-events 10 --out "$work/out.json"
+expect_refusal "generation 'fa9' is unknown; allowed: fa1, fa2" kernel-tiles --generation fa9 --json "$work/out.json"
+expect_refusal "direction 'sideways' is unknown" kernel-tiles --direction sideways --json "$work/out.json"
+expect_refusal "machine 'z80' is unknown" kernel-tiles --machine z80 --json "$work/out.json"
+expect_refusal "does not exist" kernel-tiles --json "$work/missing/out.json"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures refusals wrong"

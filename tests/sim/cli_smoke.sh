@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# flashlab check passes on every schedule, and the default experiment writes its JSON.
+# flashlab check passes on every schedule, the default experiment writes its JSON, and
+# kernel-tiles exports the GPU kernels' tilings.
 # Usage: cli_smoke.sh path/to/flashlab
 set -euo pipefail
 flashlab="$1"
@@ -12,4 +13,6 @@ python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['format']=
 "$flashlab" sweep --schedules fa1,fa2 --seqlens 512,1024,2048 --head-dims 64 --sram 32K --json "$work/s.json" --csv "$work/s.csv" >/dev/null
 head -1 "$work/s.csv" | grep -q "flashlab-sweep v1; command: "
 "$flashlab" machines | grep -q h100
-echo "flashlab check, experiment, sweep and machines ran"
+"$flashlab" kernel-tiles --machine h200 --generation fa2 --json "$work/tiles.json" | grep -q "128x64"
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['format']=='flashlab-kernel-tiles' and j['machine']=='h200'; assert any(t['direction']=='forward' and t['head_dim']==128 and (t['block_rows'],t['block_cols'])==(128,64) for t in j['tilings'])" "$work/tiles.json"
+echo "flashlab check, experiment, sweep, machines and kernel-tiles ran"

@@ -59,11 +59,11 @@ CUtensorMap map_2d(const void* base, DType dtype, int columns, int rows, int box
   return make_tma_map(tensor, dtype, box_columns, box_rows, "test tensor");
 }
 
-__device__ unsigned char* aligned_1024(unsigned char* raw) {
+__device__ __forceinline__ unsigned char* aligned_1024(unsigned char* raw) {
   return reinterpret_cast<unsigned char*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) / 1024 * 1024);
 }
 
-__device__ void init_single_barrier(Mbarrier* barrier) {
+__device__ __forceinline__ void init_single_barrier(Mbarrier* barrier) {
   if (threadIdx.x == 0) {
     mbarrier_init(barrier, 1);
     mbarrier_init_fence();
@@ -134,7 +134,7 @@ struct RandomMatrix {
 
 // D (64 x N) from the accumulator layout (sm90_wgmma.cuh) to row-major fp32.
 template <int N>
-__device__ void store_accumulators(const float (&acc)[N / 2], float* d) {
+__device__ __forceinline__ void store_accumulators(const float (&acc)[N / 2], float* d) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < N / 8; ++i)

@@ -1,6 +1,6 @@
-// Device building blocks shared by the kernel generations: the warp-level tensor-core MMA
-// (mma.sync), ldmatrix, cp.async, packing to 16-bit types and the mask rule. Written from the PTX
-// ISA: fragment layouts are those of mma.m16n8k16 (.row.col), g = lane / 4, t = lane % 4:
+// The warp-level tensor-core building blocks of the FA1 and FA2 rungs, written from the PTX ISA:
+// mma.sync (m16n8k16; two m16n8k8 on sm_75), ldmatrix, cp.async (sm_80) and the tile loops
+// built on them. Fragment layouts of mma.m16n8k16 (.row.col), g = lane / 4, t = lane % 4:
 //   A (16x16): a0 (row g, cols 2t, 2t+1), a1 (row g+8, same), a2 (row g, cols 2t+8, +9), a3 (row g+8, same)
 //   B (16x8):  b0 (rows 2t, 2t+1, col g), b1 (rows 2t+8, 2t+9, col g)
 //   C (16x8):  c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, same)
@@ -11,47 +11,9 @@
 
 #include <cstdint>
 
+#include "kernels/common/constants.hpp"
+
 namespace flashlab::kernels::device {
-
-// Two floats rounded to the 16-bit type T and packed in one 32-bit register (low half first).
-template <typename T>
-__device__ __forceinline__ std::uint32_t pack2(float low, float high);
-template <>
-__device__ __forceinline__ std::uint32_t pack2<__half>(float low, float high) {
-  __half2 pair = __floats2half2_rn(low, high);
-  return *reinterpret_cast<std::uint32_t*>(&pair);
-}
-template <>
-__device__ __forceinline__ std::uint32_t pack2<__nv_bfloat16>(float low, float high) {
-  __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
-  return *reinterpret_cast<std::uint32_t*>(&pair);
-}
-
-// The two 16-bit values of a packed register, as floats (low half first).
-template <typename T>
-__device__ __forceinline__ float2 unpack2(std::uint32_t pair);
-template <>
-__device__ __forceinline__ float2 unpack2<__half>(std::uint32_t pair) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&pair));
-}
-template <>
-__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(std::uint32_t pair) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pair));
-}
-
-template <typename T>
-__device__ __forceinline__ float to_float(T value);
-template <>
-__device__ __forceinline__ float to_float<__half>(__half value) { return __half2float(value); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float value);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float value) { return __float2half_rn(value); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
 
 // D = A * B + D, m16n8k16, fp32 accumulators. fp16 on sm_75 runs as two m16n8k8 (same layout,
 // the k halves split: a0/a1 with b0, a2/a3 with b1); bf16 needs sm_80.
@@ -117,52 +79,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
 #endif
 }
 
-// The inverse of ldmatrix_x4 (sm_90): four 8x8 matrices of 16-bit elements written to shared
-// memory; lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each (the mma C-fragment
-// layout, packed), lanes 8i..8i+7 give the row addresses of matrix i.
-__device__ __forceinline__ void stmatrix_x4(std::uint32_t address, std::uint32_t r0, std::uint32_t r1, std::uint32_t r2,
-                                            std::uint32_t r3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(address), "r"(r0), "r"(r1),
-               "r"(r2), "r"(r3)
-               : "memory");
-#else
-  (void)address, (void)r0, (void)r1, (void)r2, (void)r3;
-#endif
-}
-
-// 16 bytes to shared memory from four registers.
+// 16 bytes to shared memory from four registers (any architecture).
 __device__ __forceinline__ void st_shared_v4(std::uint32_t address, float a, float b, float c, float d) {
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-
-// Bulk asynchronous reductions (sm_90): `bytes` (a multiple of 16) of fp32 in shared memory added
-// element by element to global memory by the copy engine, tracked in bulk groups of this thread.
-// The shared source must be made visible to the async proxy first (fence_proxy_async_shared).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_reduce_add_f32(float* global_dst, std::uint32_t shared_src, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(global_dst),
-               "r"(shared_src), "r"(bytes)
-               : "memory");
-#else
-  (void)global_dst, (void)shared_src, (void)bytes;
-#endif
-}
-__device__ __forceinline__ void bulk_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-// Waits until every committed bulk group of this thread has read its shared source.
-__device__ __forceinline__ void bulk_wait_read() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-#endif
 }
 
 // 16 bytes global -> shared without registers (sm_80); valid == false writes 16 zero bytes.
@@ -196,19 +115,19 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Copies rows [row0, row0 + kRows) x cols [0, kHeadDim) of one head into a padded shared tile;
-// rows at or past `rows_valid` and columns at or past `head_dim` are zero-filled.
+// Copies rows [0, kRows) x cols [0, kHeadDim) of one head into a padded shared tile with
+// cp.async; rows at or past `rows_valid` and columns at or past `head_dim` are zero-filled.
 template <typename T, int kHeadDim, int kRows, int kThreads, int kRowStride>
 __device__ __forceinline__ void load_tile_async(T* shared, const T* global, std::int64_t row_stride, int rows_valid,
                                                 int head_dim) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunksPerRow = kHeadDim / kChunkElements;
   static_assert((kRows * kChunksPerRow) % kThreads == 0, "tile chunks must divide among the threads");
   if constexpr (kThreads % kChunksPerRow != 0) {
     // Head dims whose rows do not divide among the threads (96, 160, 192, 224): chunk by chunk.
 #pragma unroll
     for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
       const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
-      const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * 8;
+      const int row = chunk / kChunksPerRow, col = (chunk % kChunksPerRow) * kChunkElements;
       const bool valid = row < rows_valid && col < head_dim;
       cp_async_16(shared_address(shared + row * kRowStride + col), valid ? global + row * row_stride + col : global, valid);
     }
@@ -216,7 +135,8 @@ __device__ __forceinline__ void load_tile_async(T* shared, const T* global, std:
   }
   constexpr int kRowsPerPass = kThreads % kChunksPerRow == 0 ? kThreads / kChunksPerRow : 1;
   // One pointer walked down the rows (not one 64-bit offset per pass held across the key loop).
-  const int row0 = static_cast<int>(threadIdx.x) / kChunksPerRow, col = (static_cast<int>(threadIdx.x) % kChunksPerRow) * 8;
+  const int row0 = static_cast<int>(threadIdx.x) / kChunksPerRow;
+  const int col = (static_cast<int>(threadIdx.x) % kChunksPerRow) * kChunkElements;
   const T* source = global + row0 * row_stride + col;
   const std::int64_t step = kRowsPerPass * row_stride;
   const std::uint32_t destination = shared_address(shared + row0 * kRowStride + col);
@@ -227,20 +147,6 @@ __device__ __forceinline__ void load_tile_async(T* shared, const T* global, std:
     cp_async_16(destination + pass * kRowsPerPass * kRowStride * static_cast<int>(sizeof(T)), valid ? source : global,
                 valid);
     source += step;
-  }
-}
-
-// op over the kCount values as a balanced tree (depth log2 kCount instead of a chain of kCount).
-template <int kCount, typename Op>
-__device__ __forceinline__ float tree_reduce(const float (&values)[kCount], const Op& op) {
-  static_assert((kCount & (kCount - 1)) == 0, "a power of two of values");
-  if constexpr (kCount == 1) {
-    return values[0];
-  } else {
-    float halves[kCount / 2];
-#pragma unroll
-    for (int i = 0; i < kCount / 2; ++i) halves[i] = op(values[i], values[i + kCount / 2]);
-    return tree_reduce(halves, op);
   }
 }
 
@@ -275,34 +181,5 @@ __device__ __forceinline__ void warp_mma_pipelined(float (&acc)[kM][kN][4], cons
     }
   }
 }
-
-// The causal / sliding-window rule of HeadProblem::key_visible_ignoring_sparsity, on the device:
-// key col is visible from query row iff col < seqlen_k and
-//   row + offset - left <= col <= row + offset + right   (a bound of -1 is absent),
-// offset = seqlen_k - seqlen_q for the bottom-right alignment, 0 for top-left; causal sets right
-// to min(right, 0).
-struct MaskRule {
-  int offset;
-  int left;   // -1: unbounded
-  int right;  // -1: unbounded
-  int seqlen_k;
-
-  __device__ __forceinline__ bool visible(int row, int col) const {
-    const int diagonal = row + offset;
-    return col < seqlen_k && (right < 0 || col <= diagonal + right) && (left < 0 || col >= diagonal - left);
-  }
-  // Keys [first, last) that rows [row_begin, row_last] can see at all.
-  __device__ __forceinline__ int first_key(int row_begin) const {
-    return left < 0 ? 0 : max(0, row_begin + offset - left);
-  }
-  __device__ __forceinline__ int last_key(int row_last) const {
-    return right < 0 ? seqlen_k : min(seqlen_k, max(0, row_last + offset + right + 1));
-  }
-  // Whether every (row, col) of rows [row_begin, row_last] x keys [col_begin, col_end) is visible.
-  __device__ __forceinline__ bool block_full(int row_begin, int row_last, int col_begin, int col_end) const {
-    return col_end <= seqlen_k && (right < 0 || col_end - 1 <= row_begin + offset + right) &&
-           (left < 0 || col_begin >= row_last + offset - left);
-  }
-};
 
 }  // namespace flashlab::kernels::device

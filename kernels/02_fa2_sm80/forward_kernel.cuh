@@ -1,8 +1,8 @@
-// The FA2-generation forward kernel (FlashAttention-2, Dao 2023, Algorithm 1), templated on the
+// The FA2 rung's forward kernel (FlashAttention-2, Dao 2023, Algorithm 1), templated on the
 // element type, the padded head dimension and the shared-memory budget its tiling must fit
-// (Fa2Tile); kernels/02_fa2_forward.cu dispatches to it and the
-// files in kernels/fa2_forward_instances/ instantiate it, one head dimension per file so the
-// build compiles them in parallel.
+// (ForwardTiling, forward_tiling.hpp); forward_host.cu dispatches to it and the files in
+// forward_instances/ instantiate it, one head dimension per file so the build compiles them in
+// parallel.
 //
 // One thread block per (query block, head, batch): grid (ceil(seqlen_q / kBlockM), heads_q, batch).
 // Each warp owns 16 * kMTiles query rows and keeps their output rows, running max m and running
@@ -18,110 +18,64 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_common.cuh"
+#include "kernels/02_fa2_sm80/forward_tiling.hpp"
+#include "kernels/common/attention_params.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/common/conversions.cuh"
+#include "kernels/common/reductions.cuh"
+#include "kernels/common/sm80.cuh"
 
-namespace flashlab::kernels {
+namespace flashlab::kernels::fa2 {
 
-struct Fa2ForwardParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* o;
-  float* lse;
-  std::int64_t q_batch_stride, q_row_stride, q_head_stride;
-  std::int64_t k_batch_stride, k_row_stride, k_head_stride;
-  std::int64_t v_batch_stride, v_row_stride, v_head_stride;
-  std::int64_t o_batch_stride, o_row_stride, o_head_stride;
-  std::int64_t lse_batch_stride, lse_row_stride, lse_head_stride;
-  const int* cu_seqlens_q;  // null unless varlen
-  const int* cu_seqlens_k;
-  int seqlen_q, seqlen_k;   // fixed lengths (varlen: the maxima)
-  int heads_q, group_size;  // query head h reads K/V head h / group_size
-  int head_dim;             // the real head dim (<= the template's padded one, a multiple of 8)
-  float scale_log2;         // softmax scale * log2(e)
-  int bottom_right;         // causal / window alignment: 1 bottom-right, 0 top-left
-  int window_left, window_right;  // -1: unbounded; causal already folded into window_right
-  int reverse_blocks;       // visit query blocks last-first (causal: heaviest first)
-};
-
-// Shared memory one thread block may opt into: an A100's 163 KB, an H100's or H200's 227 KB.
-constexpr int kAmpereSharedBytes = 163 * 1024;
-constexpr int kHopperSharedBytes = 227 * 1024;
-
-// Tile shapes per padded head dim and shared-memory budget (query rows x key columns, warps,
-// query row tiles per warp, pipeline stages). Each warp holds 16 * kMTiles rows: two 16-row tiles
-// halve the shared-memory traffic for K and V per FLOP, at the price of registers, so the head
-// dims above 128 keep one.
-template <int kHeadDim, int kSharedBudget>
-struct Fa2Tile {
-  // Above d = 128, 8 warps share each 64-key block, so every K/V block read from shared memory
-  // serves 128 query rows (H200, d = 256: 1.04-1.14x over 4 warps on 32-key blocks). Where that
-  // does not fit the budget (d = 224 and 256 on an A100) 4 warps take 32-key blocks.
-  static constexpr bool kEightWarps =
-      kHeadDim > 128 && (128 + 2 * 2 * 64) * (kHeadDim + 8) * 2 <= kSharedBudget;
-  static constexpr int kWarps = kEightWarps ? 8 : 4;
-  static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;
-  static constexpr int kBlockM = 16 * kMTiles * kWarps;
-  static constexpr int kBlockN = kHeadDim <= 64 ? 128 : (kHeadDim <= 160 || kEightWarps ? 64 : 32);
-  static constexpr int kMinBlocksPerSm = kEightWarps ? 1 : 2;
-  static constexpr int kStages = kHeadDim <= 32 ? 3 : 2;
-  static constexpr bool kQInRegisters = kHeadDim <= 32;
-  static constexpr int kRowStride = kHeadDim + 8;  // padded rows: ldmatrix reads hit 8 different banks
-  static constexpr int kSharedBytes = (kBlockM + 2 * kStages * kBlockN) * kRowStride * 2;
+struct ForwardParams : AttentionParams {
+  int reverse_blocks;  // visit query blocks last-first (causal: heaviest first)
 };
 
 template <typename T, int kHeadDim, int kSharedBudget>
-__global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
-                                  Fa2Tile<kHeadDim, kSharedBudget>::kMinBlocksPerSm)
-    fa2_forward_kernel(const Fa2ForwardParams p) {
+__global__ void __launch_bounds__(ForwardTiling<kHeadDim, kSharedBudget>::kWarps * kWarpSize,
+                                  ForwardTiling<kHeadDim, kSharedBudget>::kMinBlocksPerSm)
+    fa2_forward_kernel(const ForwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace device;
-  using Tile = Fa2Tile<kHeadDim, kSharedBudget>;
+  using Tile = ForwardTiling<kHeadDim, kSharedBudget>;
   constexpr int kWarps = Tile::kWarps, kMTiles = Tile::kMTiles, kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
-  constexpr int kStages = Tile::kStages, kStride = Tile::kRowStride, kThreads = kWarps * 32;
+  constexpr int kStages = Tile::kStages, kStride = Tile::kRowStride, kThreads = kWarps * kWarpSize;
   constexpr int kKSteps = kHeadDim / 16;   // k-steps of S = Q K^T
   constexpr int kNTiles = kBlockN / 8;     // n8 tiles of S
   constexpr int kDTiles = kHeadDim / 8;    // n8 tiles of O
-  constexpr float kMaxGrowth = 8.0f;       // log2 units: P <= 256, well inside fp16's range
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   T* q_shared = reinterpret_cast<T*>(shared_bytes);
   T* k_shared = q_shared + kBlockM * kStride;
   T* v_shared = k_shared + kStages * kBlockN * kStride;
+  static_assert(sizeof(T) == kElementBytes);
+  static_assert((kBlockM + 2 * kStages * kBlockN) * kStride * sizeof(T) == Tile::kSharedBytes,
+                "the Q tile and the K/V ring fill the tiling's shared memory");
 
   const int m_block = p.reverse_blocks ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / p.group_size;
 
   // This sequence's rows (Algorithm 1 works on one (sequence, head); varlen packs sequences).
-  int seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-  std::int64_t q_base = batch * p.q_batch_stride, k_base = batch * p.k_batch_stride;
-  std::int64_t v_base = batch * p.v_batch_stride, o_base = batch * p.o_batch_stride;
-  std::int64_t lse_base = batch * p.lse_batch_stride;
-  if (p.cu_seqlens_q != nullptr) {
-    const int first_q = p.cu_seqlens_q[batch], first_k = p.cu_seqlens_k[batch];
-    seqlen_q = p.cu_seqlens_q[batch + 1] - first_q;
-    seqlen_k = p.cu_seqlens_k[batch + 1] - first_k;
-    q_base = first_q * p.q_row_stride, o_base = first_q * p.o_row_stride, lse_base = first_q * p.lse_row_stride;
-    k_base = first_k * p.k_row_stride, v_base = first_k * p.v_row_stride;
-  }
+  const SequenceView seq = sequence_view(p, batch);
+  const int seqlen_q = seq.seqlen_q, seqlen_k = seq.seqlen_k;
   const int row_begin = m_block * kBlockM;
   if (row_begin >= seqlen_q) return;
   const int row_last = min(row_begin + kBlockM, seqlen_q) - 1;
 
-  const T* q = static_cast<const T*>(p.q) + q_base + head * p.q_head_stride + row_begin * p.q_row_stride;
-  const T* k = static_cast<const T*>(p.k) + k_base + kv_head * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + v_base + kv_head * p.v_head_stride;
-  T* o = static_cast<T*>(p.o) + o_base + head * p.o_head_stride + row_begin * p.o_row_stride;
-  float* lse = p.lse + lse_base + head * p.lse_head_stride + row_begin * p.lse_row_stride;
+  const T* q = p.q.as<const T>() + seq.q_start + head * p.q.head_stride + row_begin * p.q.row_stride;
+  const T* k = p.k.as<const T>() + seq.k_start + kv_head * p.k.head_stride;
+  const T* v = p.v.as<const T>() + seq.v_start + kv_head * p.v.head_stride;
+  T* o = p.o.as<T>() + seq.o_start + head * p.o.head_stride + row_begin * p.o.row_stride;
+  float* lse = p.lse.as<float>() + seq.lse_start + head * p.lse.head_stride + row_begin * p.lse.row_stride;
 
-  const MaskRule mask{p.bottom_right ? seqlen_k - seqlen_q : 0, p.window_left, p.window_right, seqlen_k};
+  const MaskRule mask = mask_rule(p, seq);
   // The key blocks this query block can see at all: the others are skipped, not masked.
   const int key_first = mask.first_key(row_begin), key_last = mask.last_key(row_last);
   const int n_begin = key_first / kBlockN;
   const int n_end = key_last > key_first ? (key_last + kBlockN - 1) / kBlockN : n_begin;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const int warp_row0 = warp * 16 * kMTiles;
 
@@ -137,17 +91,17 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
 
   if (n_end > n_begin) {
     // Q block (line 4), then the first kStages - 1 K/V blocks into the ring.
-    load_tile_async<T, kHeadDim, kBlockM, kThreads, kStride>(q_shared, q, p.q_row_stride, seqlen_q - row_begin, p.head_dim);
+    load_tile_async<T, kHeadDim, kBlockM, kThreads, kStride>(q_shared, q, p.q.row_stride, seqlen_q - row_begin, p.head_dim);
     cp_async_commit();
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       const int n_block = n_begin + s;
       if (n_block < n_end) {
         const int key0 = n_block * kBlockN;
-        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(k_shared + s * kBlockN * kStride, k + key0 * p.k_row_stride,
-                                                                p.k_row_stride, seqlen_k - key0, p.head_dim);
-        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(v_shared + s * kBlockN * kStride, v + key0 * p.v_row_stride,
-                                                                p.v_row_stride, seqlen_k - key0, p.head_dim);
+        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(k_shared + s * kBlockN * kStride, k + key0 * p.k.row_stride,
+                                                                p.k.row_stride, seqlen_k - key0, p.head_dim);
+        load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(v_shared + s * kBlockN * kStride, v + key0 * p.v.row_stride,
+                                                                p.v.row_stride, seqlen_k - key0, p.head_dim);
       }
       cp_async_commit();
     }
@@ -155,15 +109,15 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
 
   constexpr int kQSteps = Tile::kQInRegisters ? kKSteps : 1;
   std::uint32_t q_fragments[kMTiles][kQSteps][4];
-  // Lane offsets of the ldmatrix row addresses (see kernel_common.cuh for the fragment layouts).
+  // Lane offsets of the ldmatrix row addresses (common/sm80.cuh gives the fragment layouts).
   const int a_row = (lane % 8) + ((lane / 8) % 2) * 8, a_col = (lane / 16) * 8;  // Q, and V transposed
   const int b_row = (lane % 8) + (lane / 16) * 8, b_col = ((lane / 8) % 2) * 8;  // K
   // This lane's ldmatrix row addresses in stage 0 at k-step 0; the loop adds compile-time offsets
   // and the stage's.
-  constexpr int kRowBytes = kStride * 2, kStageBytes = kBlockN * kStride * 2;
-  const std::uint32_t q_lane = shared_address(q_shared) + ((warp_row0 + a_row) * kStride + a_col) * 2;
-  const std::uint32_t k_lane = shared_address(k_shared) + (b_row * kStride + b_col) * 2;
-  const std::uint32_t v_lane = shared_address(v_shared) + (a_row * kStride + a_col) * 2;
+  constexpr int kRowBytes = kStride * kElementBytes, kStageBytes = kBlockN * kRowBytes;
+  const std::uint32_t q_lane = shared_address(q_shared) + ((warp_row0 + a_row) * kStride + a_col) * kElementBytes;
+  const std::uint32_t k_lane = shared_address(k_shared) + (b_row * kStride + b_col) * kElementBytes;
+  const std::uint32_t v_lane = shared_address(v_shared) + (a_row * kStride + a_col) * kElementBytes;
 
   // Algorithm 1 lines 6-11: the key blocks, in order.
   for (int n_block = n_begin; n_block < n_end; ++n_block) {
@@ -177,10 +131,10 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
         const int next_stage = (iteration + kStages - 1) % kStages;
         const int key0 = next * kBlockN;
         load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(k_shared + next_stage * kBlockN * kStride,
-                                                                k + key0 * p.k_row_stride, p.k_row_stride,
+                                                                k + key0 * p.k.row_stride, p.k.row_stride,
                                                                 seqlen_k - key0, p.head_dim);
         load_tile_async<T, kHeadDim, kBlockN, kThreads, kStride>(v_shared + next_stage * kBlockN * kStride,
-                                                                v + key0 * p.v_row_stride, p.v_row_stride,
+                                                                v + key0 * p.v.row_stride, p.v.row_stride,
                                                                 seqlen_k - key0, p.head_dim);
       }
       cp_async_commit();
@@ -234,15 +188,13 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int diagonal = row_begin + warp_row0 + mt * 16 + g + 8 * r + mask.offset;
-          const int high = mask.right < 0 ? seqlen_k - 1 : min(seqlen_k - 1, diagonal + mask.right);
-          const int low = mask.left < 0 ? 0 : diagonal - mask.left;
+          const KeyInterval keys = mask.row_keys(row_begin + warp_row0 + mt * 16 + g + 8 * r);
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int col = key0 + nt * 8 + 2 * t + e;
-              if (col > high || col < low) acc_s[mt][nt][2 * r + e] = -INFINITY;
+              if (col > keys.high || col < keys.low) acc_s[mt][nt][2 * r + e] = -INFINITY;
             }
         }
     }
@@ -259,25 +211,27 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
         float partial[kNTiles];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) partial[nt] = fmaxf(acc_s[mt][nt][2 * r], acc_s[mt][nt][2 * r + 1]);
-        block_max[mt][r] = tree_reduce(partial, [](float a, float b) { return fmaxf(a, b); });
+        block_max[mt][r] = tree_reduce(partial, MaxOp{});
       }
 #pragma unroll
     for (int lanes = 1; lanes <= 2; lanes *= 2)
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) block_max[mt][r] = fmaxf(block_max[mt][r], __shfl_xor_sync(0xffffffffu, block_max[mt][r], lanes));
+        for (int r = 0; r < 2; ++r) block_max[mt][r] = fmaxf(block_max[mt][r], __shfl_xor_sync(kAllLanes, block_max[mt][r], lanes));
     float corrections[kMTiles][2];
     bool any_correction = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        // The running max moves only when the block's exceeds it by more than kMaxGrowth (FA4's
-        // conditional rescaling): P = exp2(s - m) then stays <= 2^kMaxGrowth, and O and l carry
+        // The running max moves only when the block's exceeds it by more than
+        // kRescaleThresholdLog2 (FA4's conditional rescaling): P = exp2(s - m) then stays
+        // <= 2^kRescaleThresholdLog2, and O and l carry
         // the same stale m, which the final O / l cancels exactly.
         const float block_row_max = block_max[mt][r] * p.scale_log2;
-        const float new_max = block_row_max > row_max[mt][r] + kMaxGrowth ? block_row_max : row_max[mt][r];
+        const bool max_moves = block_row_max > row_max[mt][r] + kRescaleThresholdLog2;
+        const float new_max = max_moves ? block_row_max : row_max[mt][r];
         const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
         const float correction = exp2f(row_max[mt][r] - subtract);
         row_max[mt][r] = new_max;
@@ -288,14 +242,14 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
           acc_s[mt][nt][2 * r + 1] = exp2f(fmaf(acc_s[mt][nt][2 * r + 1], p.scale_log2, -subtract));
           partial[nt] = acc_s[mt][nt][2 * r] + acc_s[mt][nt][2 * r + 1];
         }
-        row_sum[mt][r] = row_sum[mt][r] * correction + tree_reduce(partial, [](float a, float b) { return a + b; });
+        row_sum[mt][r] = row_sum[mt][r] * correction + tree_reduce(partial, SumOp{});
         corrections[mt][r] = correction;
         any_correction = any_correction || correction != 1.f;
       }
     // The rescale of O (line 10's diag(e^(m_old - m_new))) is skipped when no row of the warp
     // moved its maximum: with the growth threshold above that is almost every block after the
     // first, and it saves a multiply per output element per block.
-    if (__any_sync(0xffffffffu, any_correction)) {
+    if (__any_sync(kAllLanes, any_correction)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -346,9 +300,7 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[mt][r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float sum = quad_reduce(row_sum[mt][r], SumOp{});
       const float inverse = sum > 0.f ? 1.f / sum : 0.f;
       const int row = warp_row0 + mt * 16 + g + 8 * r;
 #pragma unroll
@@ -357,16 +309,16 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
             pack2<T>(acc_o[mt][dt][2 * r] * inverse, acc_o[mt][dt][2 * r + 1] * inverse);
       }
       if (t == 0 && row_begin + row < seqlen_q) {
-        lse[row * p.lse_row_stride] = sum > 0.f ? (row_max[mt][r] + __log2f(sum)) * 0.6931471805599453f : -INFINITY;
+        lse[row * p.lse.row_stride] = sum > 0.f ? (row_max[mt][r] + __log2f(sum)) * kLn2Float : -INFINITY;
       }
     }
   __syncwarp();
-  constexpr int kChunksPerRow = kHeadDim / 8, kWarpRows = 16 * kMTiles;
+  constexpr int kChunksPerRow = kHeadDim / kChunkElements, kWarpRows = 16 * kMTiles;
 #pragma unroll
-  for (int i = lane; i < kWarpRows * kChunksPerRow; i += 32) {
-    const int row = warp_row0 + i / kChunksPerRow, col = (i % kChunksPerRow) * 8;
+  for (int i = lane; i < kWarpRows * kChunksPerRow; i += kWarpSize) {
+    const int row = warp_row0 + i / kChunksPerRow, col = (i % kChunksPerRow) * kChunkElements;
     if (row_begin + row < seqlen_q && col < p.head_dim) {
-      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + col) = *reinterpret_cast<const uint4*>(o_tile + row * kStride + col);
+      *reinterpret_cast<uint4*>(o + row * p.o.row_stride + col) = *reinterpret_cast<const uint4*>(o_tile + row * kStride + col);
     }
   }
 #else
@@ -376,8 +328,8 @@ __global__ void __launch_bounds__(Fa2Tile<kHeadDim, kSharedBudget>::kWarps * 32,
 }
 
 // Launches the kernel for one (element type, padded head dim) with the widest tiling the device's
-// shared memory allows; instantiated in kernels/fa2_forward_instances/.
+// shared memory allows; defined in forward_launch.cuh, instantiated in forward_instances/.
 template <typename T, int kHeadDim>
-void launch_fa2_forward(const Fa2ForwardParams& params, int batch, int shared_bytes_limit, cudaStream_t stream);
+void launch_fa2_forward(const ForwardParams& params, int batch, int shared_bytes_limit, cudaStream_t stream);
 
-}  // namespace flashlab::kernels
+}  // namespace flashlab::kernels::fa2

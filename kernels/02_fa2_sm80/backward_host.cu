@@ -1,0 +1,162 @@
+// The FA2 rung's backward, host side: checks, the workspace layout, the parameters, and the three
+// kernels of backward_kernel.cuh launched for the padded head dim's tiling.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/02_fa2_sm80/backward_kernel.cuh"
+#include "kernels/attention_api.hpp"
+#include "kernels/common/dispatch.hpp"
+
+namespace flashlab::kernels {
+
+namespace {
+
+constexpr const char* kName = "fa2_backward";
+constexpr int kMaxSupportedHeadDim = fa2::kBackwardHeadDims[std::size(fa2::kBackwardHeadDims) - 1];
+
+struct WorkspaceLayout {
+  std::size_t lse_offset, delta_offset, dq_offset, counters_offset, total;
+  std::int64_t dq_rows;  // rows per head of the dQ accumulator
+};
+
+WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
+  auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const std::size_t rows = static_cast<std::size_t>(problem.total_rows_q());
+  const std::size_t heads = static_cast<std::size_t>(problem.heads_q);
+  WorkspaceLayout layout{};
+  layout.lse_offset = 0;
+  layout.delta_offset = align(rows * heads * sizeof(float));
+  layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
+  const std::size_t padded = static_cast<std::size_t>(fa2::backward_padded_head_dim(problem.head_dim));
+  layout.dq_rows = problem.total_rows_q() + static_cast<std::int64_t>(fa2::kDqRowPadding) * problem.batch;
+  layout.counters_offset =
+      layout.dq_offset + align(static_cast<std::size_t>(layout.dq_rows) * heads * padded * sizeof(float));
+  const int query_blocks = (problem.seqlen_q + fa2::kMinBackwardBlockM - 1) / fa2::kMinBackwardBlockM;
+  const std::size_t counters =
+      deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
+  layout.total = layout.counters_offset + align(counters * sizeof(int));
+  return layout;
+}
+
+template <typename Element, int kHeadDim>
+void launch_backward(fa2::BackwardParams params, cudaStream_t stream) {
+  using Tiling = fa2::BackwardTilingFor<kHeadDim>;
+  params.query_blocks = (params.seqlen_q + Tiling::kBlockM - 1) / Tiling::kBlockM;
+  int device = 0, smem_limit = 0, major = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  // The kernel stages dQ for bulk reductions exactly when it is built for sm_90 or newer.
+  const std::size_t smem_bytes = Tiling::smem_bytes(Tiling::kBulkDq && major >= 9);
+  if (static_cast<std::size_t>(smem_limit) < smem_bytes) {
+    throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) + " needs " +
+                                std::to_string(smem_bytes) + " bytes of shared memory per block; this device allows " +
+                                std::to_string(smem_limit) + " (allowed: head_dim <= 128 here)");
+  }
+  {
+    const std::int64_t threads =
+        static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * fa2::kPreprocessLanesPerRow;
+    const int blocks = static_cast<int>((threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads);
+    fa2::backward_preprocess_kernel<Element><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa2_backward preprocess launch");
+  }
+  {
+    auto kernel = fa2::backward_main_kernel<Element, Tiling>;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem_bytes)),
+               "fa2_backward cudaFuncSetAttribute");
+    const dim3 grid((params.seqlen_k + Tiling::kBlockN - 1) / Tiling::kBlockN, params.heads_kv, params.batch);
+    kernel<<<grid, Tiling::kThreads, smem_bytes, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa2_backward main launch");
+  }
+  {
+    const dim3 grid(params.query_blocks, params.heads_q, params.batch);
+    fa2::backward_convert_dq_kernel<Element, Tiling><<<grid, fa2::kBackwardAuxThreads, 0, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa2_backward convert launch");
+  }
+}
+
+template <typename Element>
+void dispatch(const fa2::BackwardParams& params, cudaStream_t stream) {
+  const bool launched = dispatch_head_dim<fa2::kBackwardHeadDims>(
+      fa2::backward_padded_head_dim(params.head_dim),
+      [&]<int kHeadDim>() { launch_backward<Element, kHeadDim>(params, stream); });
+  if (!launched) {
+    throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) +
+                                " is not supported; allowed: multiples of 8 up to " +
+                                std::to_string(kMaxSupportedHeadDim));
+  }
+}
+
+[[noreturn]] void refuse_backward(const std::string& message) {
+  throw std::invalid_argument(std::string(kName) + ": " + message);
+}
+
+}  // namespace
+
+std::size_t fa2_backward_workspace_bytes(const Problem& problem, bool deterministic) {
+  return workspace_layout(problem, deterministic).total;
+}
+
+void fa2_backward(const Problem& problem, const BackwardArgs& args) {
+  require_kernel_supported(problem, kName);
+  if (problem.head_dim % kChunkElements != 0 || problem.head_dim > kMaxSupportedHeadDim) {
+    refuse_backward("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of " +
+                    std::to_string(kChunkElements) + " up to " + std::to_string(kMaxSupportedHeadDim));
+  }
+  require_compute_capability(8, 0, kName);
+  const struct {
+    const DeviceTensor* tensor;
+    const char* name;
+  } tensors[] = {{&args.q, "q"},   {&args.k, "k"},   {&args.v, "v"},   {&args.o, "o"},  {&args.d_o, "d_o"},
+                 {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
+  for (const auto& entry : tensors) require_tensor(*entry.tensor, entry.name, kName, 16, kChunkElements);
+  require_tensor(args.lse, "lse", kName, 4, 1);
+  require_varlen_offsets(problem, args.cu_seqlens_q, args.cu_seqlens_k, kName);
+
+  const bool deterministic = args.deterministic;
+  const WorkspaceLayout layout = workspace_layout(problem, deterministic);
+  if (args.workspace != nullptr && args.workspace_bytes < layout.total) {
+    refuse_backward("workspace_bytes = " + std::to_string(args.workspace_bytes) +
+                    "; allowed: at least fa2_backward_workspace_bytes() = " + std::to_string(layout.total));
+  }
+  cudaStream_t stream = args.stream;
+  void* workspace = args.workspace;
+  const bool owns_workspace = workspace == nullptr;
+  if (owns_workspace) check_cuda(cudaMallocAsync(&workspace, layout.total, stream), "fa2_backward cudaMallocAsync");
+  auto* bytes = static_cast<unsigned char*>(workspace);
+
+  fa2::BackwardParams p{};
+  static_cast<AttentionParams&>(p) = make_attention_params(problem, args);
+  p.d_o = args.d_o, p.dq = args.dq, p.dk = args.dk, p.dv = args.dv;
+  p.batch = problem.batch;
+  p.heads_kv = problem.heads_kv;
+  p.padded_head_dim = fa2::backward_padded_head_dim(problem.head_dim);
+  p.total_rows_q = problem.total_rows_q();
+  p.scale = static_cast<float>(problem.scale());
+  p.deterministic = deterministic;
+  p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
+  p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
+  p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
+  p.dq_rows = layout.dq_rows;
+  p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
+
+  if (p.total_rows_q > 0) {
+    // The dQ accumulator and the deterministic counters start at zero.
+    check_cuda(cudaMemsetAsync(p.dq_accum, 0, layout.total - layout.dq_offset, stream), "fa2_backward workspace memset");
+    if (problem.dtype == DType::bf16) {
+      dispatch<__nv_bfloat16>(p, stream);
+    } else {
+      dispatch<__half>(p, stream);
+    }
+  }
+  if (owns_workspace) check_cuda(cudaFreeAsync(workspace, stream), "fa2_backward cudaFreeAsync");
+}
+
+}  // namespace flashlab::kernels

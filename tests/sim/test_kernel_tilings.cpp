@@ -1,0 +1,121 @@
+// The GPU kernels' tilings as the simulator and the notebooks read them (kernels/tilings.hpp):
+// the exported list against the tile shapes worked out by hand from the kernels' rules (the
+// kernels take theirs from the same constexpr, and static_assert that their shared-memory
+// layout fills exactly the exported bytes), and the launchers' pick for a device's shared memory.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "catch.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/tilings.hpp"
+
+using flashlab::kernels::KernelTiling;
+using flashlab::kernels::kAmpereSharedBytes;
+using flashlab::kernels::kHopperSharedBytes;
+using flashlab::kernels::kTuringSharedBytes;
+
+namespace {
+
+using Row = std::tuple<std::string, std::string, int, int, int, int, int, int, int>;
+
+Row row(const KernelTiling& t) {
+  return {t.generation, t.direction, t.head_dim, t.shared_budget, t.block_rows, t.block_cols, t.warps, t.stages,
+          t.shared_bytes};
+}
+
+// Shared bytes: forward (B_r + 2 stages B_c) (d + 8) 2; backward K, V, two stages of Q and dO,
+// P and dS, two stages of the LSE and D rows, plus the sm_90 dQ staging tile B_r d 4 where
+// everything fits 227 KB.
+const std::vector<Row>& expected_tilings() {
+  static const std::vector<Row> rows = {
+      {"fa1", "forward", 64, kTuringSharedBytes, 64, 64, 4, 1, 192 * 72 * 2},
+      {"fa1", "forward", 128, kTuringSharedBytes, 64, 64, 4, 1, 192 * 136 * 2},
+      {"fa2", "forward", 32, kHopperSharedBytes, 128, 128, 4, 3, (128 + 768) * 40 * 2},
+      {"fa2", "forward", 32, kAmpereSharedBytes, 128, 128, 4, 3, (128 + 768) * 40 * 2},
+      {"fa2", "forward", 64, kHopperSharedBytes, 128, 128, 4, 2, (128 + 512) * 72 * 2},
+      {"fa2", "forward", 64, kAmpereSharedBytes, 128, 128, 4, 2, (128 + 512) * 72 * 2},
+      {"fa2", "forward", 96, kHopperSharedBytes, 128, 64, 4, 2, (128 + 256) * 104 * 2},
+      {"fa2", "forward", 96, kAmpereSharedBytes, 128, 64, 4, 2, (128 + 256) * 104 * 2},
+      {"fa2", "forward", 128, kHopperSharedBytes, 128, 64, 4, 2, (128 + 256) * 136 * 2},
+      {"fa2", "forward", 128, kAmpereSharedBytes, 128, 64, 4, 2, (128 + 256) * 136 * 2},
+      {"fa2", "forward", 160, kHopperSharedBytes, 128, 64, 8, 2, (128 + 256) * 168 * 2},
+      {"fa2", "forward", 160, kAmpereSharedBytes, 128, 64, 8, 2, (128 + 256) * 168 * 2},
+      {"fa2", "forward", 192, kHopperSharedBytes, 128, 64, 8, 2, (128 + 256) * 200 * 2},
+      {"fa2", "forward", 192, kAmpereSharedBytes, 128, 64, 8, 2, (128 + 256) * 200 * 2},
+      {"fa2", "forward", 224, kHopperSharedBytes, 128, 64, 8, 2, (128 + 256) * 232 * 2},
+      {"fa2", "forward", 224, kAmpereSharedBytes, 64, 32, 4, 2, (64 + 128) * 232 * 2},
+      {"fa2", "forward", 256, kHopperSharedBytes, 128, 64, 8, 2, (128 + 256) * 264 * 2},
+      {"fa2", "forward", 256, kAmpereSharedBytes, 64, 32, 4, 2, (64 + 128) * 264 * 2},
+      {"fa2", "backward", 32, kHopperSharedBytes, 64, 128, 8, 2, 76800 + 64 * 32 * 4},
+      {"fa2", "backward", 32, kAmpereSharedBytes, 64, 128, 8, 2, 76800},
+      {"fa2", "backward", 64, kHopperSharedBytes, 128, 128, 8, 2, 182272 + 128 * 64 * 4},
+      {"fa2", "backward", 96, kHopperSharedBytes, 64, 128, 8, 2, 142336 + 64 * 96 * 4},
+      {"fa2", "backward", 96, kAmpereSharedBytes, 64, 128, 8, 2, 142336},
+      {"fa2", "backward", 128, kHopperSharedBytes, 64, 128, 8, 2, 175104 + 64 * 128 * 4},
+      {"fa2", "backward", 192, kHopperSharedBytes, 64, 64, 8, 2, 173056 + 64 * 192 * 4},
+      {"fa2", "backward", 256, kHopperSharedBytes, 64, 64, 8, 2, 222208},  // no room for the staging tile
+      // FA3: 64 query rows per consumer warpgroup plus a producer warpgroup; Q (and O, unless it
+      // fits only over Q) as 64-column panels of 128-byte rows, two stages of K and V, 2 KB for
+      // the barriers and the 1024-byte alignment.
+      {"fa3", "forward", 64, kHopperSharedBytes, 192, 112, 16, 2, 2 * 192 * 128 + 4 * 112 * 128 + 2048},
+      {"fa3", "forward", 96, kHopperSharedBytes, 128, 128, 12, 2, 2 * 128 * 256 + 4 * 128 * 256 + 2048},
+      {"fa3", "forward", 128, kHopperSharedBytes, 128, 128, 12, 2, 2 * 128 * 256 + 4 * 128 * 256 + 2048},
+      {"fa3", "forward", 192, kHopperSharedBytes, 128, 112, 12, 2, 128 * 384 + 4 * 112 * 384 + 2048},  // O over Q
+      {"fa3", "forward", 256, kHopperSharedBytes, 128, 80, 12, 2, 128 * 512 + 4 * 80 * 512 + 2048},    // O over Q
+  };
+  return rows;
+}
+
+std::vector<Row> rows_of(const std::vector<KernelTiling>& tilings) {
+  std::vector<Row> rows;
+  for (const KernelTiling& t : tilings) rows.push_back(row(t));
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("kernel tilings: the exported list is the tiles the kernels compile with", "[sim][kernel_tilings]") {
+  const std::vector<KernelTiling> tilings = flashlab::kernels::dispatched_tilings();
+  CHECK(rows_of(tilings) == expected_tilings());
+  for (const KernelTiling& t : tilings) {
+    INFO(t.generation << " " << t.direction << " d " << t.head_dim << " budget " << t.shared_budget);
+    CHECK(t.shared_bytes <= t.shared_budget);
+    // The backward's sm_90 variant and the Hopper rung run only where a Hopper's budget is allowed.
+    const bool budget_bound = t.direction == "backward" || t.generation == "fa3";
+    CHECK(t.min_shared_limit == (budget_bound ? t.shared_budget : t.shared_bytes));
+    CHECK(t.block_rows % 16 == 0);  // whole m16 row tiles
+    CHECK(t.block_cols % 16 == 0);
+  }
+}
+
+TEST_CASE("kernel tilings: a device runs the tiling of the widest budget that fits", "[sim][kernel_tilings]") {
+  auto find = [](const std::vector<KernelTiling>& tilings, const std::string& generation, const std::string& direction,
+                 int head_dim) {
+    std::vector<Row> found;
+    for (const KernelTiling& t : tilings) {
+      if (t.generation == generation && t.direction == direction && t.head_dim == head_dim) found.push_back(row(t));
+    }
+    return found;
+  };
+  const auto hopper = flashlab::kernels::tilings_for_shared_limit(kHopperSharedBytes);
+  CHECK(hopper.size() == 2 + 8 + 6 + 5);
+  CHECK(find(hopper, "fa2", "forward", 128) ==
+        std::vector<Row>{{"fa2", "forward", 128, kHopperSharedBytes, 128, 64, 4, 2, 104448}});
+  CHECK(find(hopper, "fa2", "forward", 256) ==
+        std::vector<Row>{{"fa2", "forward", 256, kHopperSharedBytes, 128, 64, 8, 2, 202752}});
+  const auto ampere = flashlab::kernels::tilings_for_shared_limit(kAmpereSharedBytes);
+  // d 192's 8-warp tiling (150 KB) fits an A100 too; d 224 and 256 fall back to 4 warps.
+  CHECK(find(ampere, "fa2", "forward", 192) ==
+        std::vector<Row>{{"fa2", "forward", 192, kHopperSharedBytes, 128, 64, 8, 2, 153600}});
+  CHECK(find(ampere, "fa2", "forward", 256) ==
+        std::vector<Row>{{"fa2", "forward", 256, kAmpereSharedBytes, 64, 32, 4, 2, 101376}});
+  CHECK(find(ampere, "fa2", "backward", 128).empty());  // refused: 171 KB without the staging tile
+  CHECK(find(ampere, "fa3", "forward", 64).empty());     // the Hopper rung, even where its tiles would fit
+  // The sm_80 backward, without the sm_90 staging tile that would fit 163 KB too.
+  CHECK(find(ampere, "fa2", "backward", 96) ==
+        std::vector<Row>{{"fa2", "backward", 96, kAmpereSharedBytes, 64, 128, 8, 2, 142336}});
+  // Turing's 64 KB: the FA1 rung only.
+  const auto turing = flashlab::kernels::tilings_for_shared_limit(kTuringSharedBytes);
+  CHECK(rows_of(turing) == std::vector<Row>(expected_tilings().begin(), expected_tilings().begin() + 2));
+}
