@@ -200,7 +200,6 @@ __device__ void produce(const ForwardParams& p, unsigned char* shared, Barriers&
 struct RowState {
   float max[2];  // running max in log2 units (scale folded in); stale by up to kRescaleThresholdLog2
   float sum[2];  // this thread's share of the running sum (the quad adds them at the end)
-  int low[2], high[2];  // the keys each row sees: [low, high]
 };
 
 // 2^x on the FMA pipes instead of the multi-function unit (FA4's idea for Blackwell, measured here
@@ -221,19 +220,23 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
 // whether some row of this warp moved its max (corrections then hold the factors for O). P stays
 // in s in fp32 until pack_p.
 // Every kExp2OnFmaEvery-th n8 tile of scores (0: none) takes exp2_on_fma.
+// `row0` is the sequence row of this thread's first row (its second is row0 + 8).
 template <int kBlockN, int kExp2OnFmaEvery>
 __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState& rows, float (&corrections)[2],
-                                              bool mask_block, int key0, float scale_log2, int t) {
+                                              bool mask_block, const MaskRule& mask, int row0, int key0,
+                                              float scale_log2, int t) {
   if (mask_block) {
 #pragma unroll
-    for (int i = 0; i < kBlockN / 8; ++i)
+    for (int r = 0; r < 2; ++r) {
+      const KeyInterval keys = mask.row_keys(row0 + 8 * r);  // each row's keys: two compares per score
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int key = key0 + 8 * i + 2 * t + e;
-          if (key < rows.low[r] || key > rows.high[r]) s[4 * i + 2 * r + e] = -INFINITY;
+          if (key < keys.low || key > keys.high) s[4 * i + 2 * r + e] = -INFINITY;
         }
+    }
   }
   bool moved = false;
 #pragma unroll
@@ -393,13 +396,10 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
     if (!w.has_rows()) return;
     const int group_row0 = w.row_begin + 64 * group;  // this warpgroup's first row in the sequence
     const int group_row_last = min(group_row0 + 63, w.sequence.seqlen_q - 1);
+    const int thread_row0 = group_row0 + 16 * warp + g;  // this thread's rows: thread_row0 and + 8
     RowState rows;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const KeyInterval keys = w.mask.row_keys(group_row0 + 16 * warp + g + 8 * r);
-      rows.low[r] = keys.low, rows.high[r] = keys.high;
-      rows.max[r] = -INFINITY, rows.sum[r] = 0.f;
-    }
+    for (int r = 0; r < 2; ++r) rows.max[r] = -INFINITY, rows.sum[r] = 0.f;
     if (w.n_end == w.n_begin) return write_unseen_rows<T, kHeadDim>(p, w, tile.head, group_row0, thread);
     float o[kHeadDim / 2];
 #pragma unroll
@@ -424,7 +424,8 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
         wgmma_wait<0>();
         fence_registers(s);
         release(&bars.k_empty[kv.stage]);
-        softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(w.n_begin), w.n_begin * kBlockN, p.scale_log2, t);
+        softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(w.n_begin), w.mask, thread_row0,
+                                                      w.n_begin * kBlockN, p.scale_log2, t);
         pack_p<T, kBlockN>(s, pf);
         RingPosition<Tile::kStages> pv = kv;  // the stage of the V that P multiplies next
         kv.advance();
@@ -450,8 +451,9 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
           wgmma_wait<1>();  // S done; P V may still run
           fence_registers(s);
           release(&bars.k_empty[kv.stage]);
-          const bool moved = softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, kRescaleBeforePv ? pending_corrections : corrections,
-                                                    mask_needed(n_block), n_block * kBlockN, p.scale_log2, t);
+          const bool moved = softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(
+              s, rows, kRescaleBeforePv ? pending_corrections : corrections, mask_needed(n_block), w.mask, thread_row0,
+              n_block * kBlockN, p.scale_log2, t);
           fence_registers(s);  // the softmax runs here, while P V is on the tensor cores
           fence_row_state(rows, kRescaleBeforePv ? pending_corrections : corrections);
           if constexpr (Tile::kConsumerRegisters >= 240) pin_before_wait(bars, rows, lane);
@@ -494,7 +496,8 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
           wgmma_wait<0>();
           fence_registers(s);
           release(&bars.k_empty[kv.stage]);
-          if (softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(n_block), n_block * kBlockN, p.scale_log2, t)) {
+          if (softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(n_block), w.mask,
+                                                            thread_row0, n_block * kBlockN, p.scale_log2, t)) {
             rescale<kHeadDim>(o, corrections);
           }
           pack_p<T, kBlockN>(s, pf);
@@ -521,7 +524,7 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_reduce(rows.sum[r], SumOp{});
       inverse[r] = sum > 0.f ? 1.f / sum : 0.f;
-      const int row = group_row0 + 16 * warp + g + 8 * r;
+      const int row = thread_row0 + 8 * r;
       if (t == 0 && row < w.sequence.seqlen_q) {
         lse[row * p.lse.row_stride] = sum > 0.f ? (rows.max[r] + __log2f(sum)) * kLn2Float : -INFINITY;
       }
