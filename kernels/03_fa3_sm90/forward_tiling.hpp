@@ -15,7 +15,7 @@ struct ForwardTiling {
   static_assert(kHeadDim % 32 == 0 && kHeadDim >= 64 && kHeadDim <= 256, "padded head dims 64, 96, ..., 256");
   static constexpr int kConsumerWarpgroups = kHeadDim <= 64 ? 3 : 2;
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
-  static constexpr int kBlockN = kHeadDim <= 64 ? 96 : kHeadDim <= 128 ? 128 : (kHeadDim <= 192 ? 112 : 80);
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : (kHeadDim <= 192 ? 112 : 80);
   static constexpr int kStages = 2;
   static constexpr int kPanels = (kHeadDim + 63) / 64;  // 64-column panels of the 128-byte swizzle
   // Every kExp2OnFmaEvery-th group of 8 keys takes its exponentials on the FMA pipes (0: none).

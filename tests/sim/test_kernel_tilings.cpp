@@ -58,7 +58,7 @@ const std::vector<Row>& expected_tilings() {
       // FA3: 64 query rows per consumer warpgroup plus a producer warpgroup; Q (and O, unless it
       // fits only over Q) as 64-column panels of 128-byte rows, two stages of K and V, 2 KB for
       // the barriers and the 1024-byte alignment.
-      {"fa3", "forward", 64, kHopperSharedBytes, 192, 96, 16, 2, 2 * 192 * 128 + 4 * 96 * 128 + 2048},
+      {"fa3", "forward", 64, kHopperSharedBytes, 192, 128, 16, 2, 2 * 192 * 128 + 4 * 128 * 128 + 2048},
       {"fa3", "forward", 96, kHopperSharedBytes, 128, 128, 12, 2, 2 * 128 * 256 + 4 * 128 * 256 + 2048},
       {"fa3", "forward", 128, kHopperSharedBytes, 128, 128, 12, 2, 2 * 128 * 256 + 4 * 128 * 256 + 2048},
       {"fa3", "forward", 192, kHopperSharedBytes, 128, 112, 12, 2, 128 * 384 + 4 * 112 * 384 + 2048},  // O over Q
