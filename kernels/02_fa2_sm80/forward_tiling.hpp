@@ -38,7 +38,7 @@ struct ForwardTiling {
 // The padded head dims the kernel is instantiated for (one instance file each), and the one a
 // head dim runs on.
 inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
-constexpr int forward_padded_head_dim(int head_dim) { return (head_dim + 31) / 32 * 32; }
+constexpr int forward_padded_head_dim(int head_dim) { return round_up(head_dim, kHeadDimStep); }
 
 // The budgets a tiling is chosen for, widest first.
 inline constexpr int kForwardSharedBudgets[] = {kHopperSharedBytes, kAmpereSharedBytes};
