@@ -1,15 +1,13 @@
 #include "kernels/tilings.hpp"
 
 #include <algorithm>
-#include <cstddef>
-#include <iterator>
-#include <utility>
 
 #include "kernels/01_fa1_sm75/forward_tiling.hpp"
 #include "kernels/02_fa2_sm80/backward_tiling.hpp"
 #include "kernels/02_fa2_sm80/forward_tiling.hpp"
 #include "kernels/03_fa3_sm90/forward_tiling.hpp"
 #include "kernels/common/constants.hpp"
+#include "kernels/common/dispatch.hpp"
 
 namespace flashlab::kernels {
 
@@ -38,13 +36,6 @@ template <int kHeadDim>
 void add_fa2_forward_rows(std::vector<KernelTiling>& rows) {
   rows.push_back(forward_row<fa2::ForwardTiling<kHeadDim, kHopperSharedBytes>>("fa2", kHopperSharedBytes));
   rows.push_back(forward_row<fa2::ForwardTiling<kHeadDim, kAmpereSharedBytes>>("fa2", kAmpereSharedBytes));
-}
-
-template <const auto& kHeadDims, typename Add>
-void for_each_head_dim(Add&& add) {
-  [&]<std::size_t... kIndex>(std::index_sequence<kIndex...>) {
-    (add.template operator()<kHeadDims[kIndex]>(), ...);
-  }(std::make_index_sequence<std::size(kHeadDims)>());
 }
 
 }  // namespace

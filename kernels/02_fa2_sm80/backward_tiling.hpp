@@ -78,7 +78,7 @@ struct BackwardTiling {
 inline constexpr int kBackwardHeadDims[] = {32, 64, 96, 128, 192, 256};
 constexpr int backward_padded_head_dim(int head_dim) {
   if (head_dim > 128) return head_dim <= 192 ? 192 : 256;
-  return (head_dim + 31) / 32 * 32;
+  return round_up(head_dim, kHeadDimStep);
 }
 
 // Tiles (keys x query rows): 128 x 64, but 128 x 128 at d = 64. Above 128, blocks of 64 keys, so

@@ -38,13 +38,11 @@ struct ForwardTiling {
 // The padded head dims the kernel is instantiated for (one instance file each), and the one a
 // head dim runs on.
 inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};
-constexpr int forward_padded_head_dim(int head_dim) { return (head_dim + 31) / 32 * 32; }
+constexpr int forward_padded_head_dim(int head_dim) { return round_up(head_dim, kHeadDimStep); }
 
-// The budgets a tiling is chosen for, widest first.
-inline constexpr int kForwardSharedBudgets[] = {kHopperSharedBytes, kAmpereSharedBytes};
-
-// Whether the tiling of `kBudget` is its own instance (the budgets that give the Hopper tiling
-// again share its kernel).
+// The tilings are chosen for a Hopper's and an A100's shared memory per block. Whether the
+// tiling of `kBudget` is its own instance (a budget that gives the Hopper tiling again shares
+// its kernel).
 template <int kHeadDim, int kBudget>
 constexpr bool forward_budget_instantiated() {
   return kBudget == kHopperSharedBytes ||

@@ -27,6 +27,11 @@ inline constexpr int kElementBytes = 2;
 // Elements of one 16-byte access (cp.async, a uint4 load or store): a tile row moves in chunks of
 // this many elements, so head dims are multiples of it.
 inline constexpr int kChunkElements = 16 / kElementBytes;
+// The FA2 rung instantiates head dims in steps of this many (two k16 mma steps); a head dim runs
+// on the next instance up.
+inline constexpr int kHeadDimStep = 32;
+constexpr int round_up(int value, int multiple) { return (value + multiple - 1) / multiple * multiple; }
+
 // Shared tiles pad each row by one chunk, so the 8 row addresses of an ldmatrix fall in 8
 // different bank groups (no bank conflicts).
 inline constexpr int kSharedRowPadding = kChunkElements;

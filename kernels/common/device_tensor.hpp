@@ -1,5 +1,5 @@
 // The one tensor type of the host API and of every kernel's parameters: a tensor in device memory
-// (HBM) as a pointer and three strides. Plain C++ (the host side builds without CUDA headers).
+// (HBM) as a pointer and three strides. Plain C++, so code built without CUDA can include it.
 #pragma once
 
 #include <cstdint>

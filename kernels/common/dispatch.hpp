@@ -1,6 +1,6 @@
-// Host side: from a runtime head dim to the kernel instance compiled for it, over a rung's list
-// of padded head dims (its *_tiling.hpp), so the list the kernels are instantiated from is the
-// one the host dispatches on and the tile export reports.
+// Host side: compile-time loops over a rung's list of padded head dims (its *_tiling.hpp), so the
+// list the kernels are instantiated from is the one the host dispatches on and the tile export
+// (kernels/tilings.cpp) reports. Plain C++.
 #pragma once
 
 #include <cstddef>
@@ -9,13 +9,25 @@
 
 namespace flashlab::kernels {
 
-// Calls launch.template operator()<kHeadDims[i]>() for the i with kHeadDims[i] == head_dim;
-// returns false when the list has no such head dim.
+// Calls visit.template operator()<kHeadDims[i]>() for every i, in order.
+template <const auto& kHeadDims, typename Visit>
+void for_each_head_dim(Visit&& visit) {
+  [&]<std::size_t... kIndex>(std::index_sequence<kIndex...>) {
+    (visit.template operator()<kHeadDims[kIndex]>(), ...);
+  }(std::make_index_sequence<std::size(kHeadDims)>());
+}
+
+// Calls launch.template operator()<head_dim>() if the list has head_dim; returns whether it did.
 template <const auto& kHeadDims, typename Launch>
 bool dispatch_head_dim(int head_dim, Launch&& launch) {
-  return [&]<std::size_t... kIndex>(std::index_sequence<kIndex...>) {
-    return ((head_dim == kHeadDims[kIndex] && (launch.template operator()<kHeadDims[kIndex]>(), true)) || ...);
-  }(std::make_index_sequence<std::size(kHeadDims)>());
+  bool launched = false;
+  for_each_head_dim<kHeadDims>([&]<int kHeadDim>() {
+    if (!launched && head_dim == kHeadDim) {
+      launch.template operator()<kHeadDim>();
+      launched = true;
+    }
+  });
+  return launched;
 }
 
 }  // namespace flashlab::kernels
