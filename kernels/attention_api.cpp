@@ -4,9 +4,9 @@
 
 #include <cuda_runtime.h>
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/common/attention_params.hpp"
 #include "kernels/common/constants.hpp"
@@ -73,29 +73,30 @@ void require_kernel_supported(const Problem& problem, const char* kernel_name) {
   if (problem.dtype == DType::fp32) refuse(kernel_name, "dtype fp32 is not supported; allowed: fp16, bf16");
 }
 
-void require_compute_capability(int major, int minor, const char* kernel_name) {
-  int device = 0;
+namespace {
+// The current device's compute capability as major * 10 + minor, and as text.
+std::pair<int, std::string> device_compute_capability() {
+  int device = 0, major = 0, minor = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  int have_major = 0, have_minor = 0;
-  check_cuda(cudaDeviceGetAttribute(&have_major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&have_minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  if (have_major * 10 + have_minor < major * 10 + minor) {
-    std::ostringstream message;
-    message << "device compute capability " << have_major << "." << have_minor << " is not supported; allowed: >= "
-            << major << "." << minor;
-    refuse(kernel_name, message.str());
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
+  return {major * 10 + minor, std::to_string(major) + "." + std::to_string(minor)};
+}
+}  // namespace
+
+void require_compute_capability(int major, int minor, const char* kernel_name) {
+  const auto [have, text] = device_compute_capability();
+  if (have < major * 10 + minor) {
+    refuse(kernel_name, "device compute capability " + text + " is not supported; allowed: >= " + std::to_string(major) +
+                            "." + std::to_string(minor));
   }
 }
 
 void require_compute_capability_exactly(int major, int minor, const char* kernel_name) {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  int have_major = 0, have_minor = 0;
-  check_cuda(cudaDeviceGetAttribute(&have_major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&have_minor, cudaDevAttrComputeCapabilityMinor, device), "cudaDeviceGetAttribute");
-  if (have_major != major || have_minor != minor) {
-    refuse(kernel_name, "device compute capability " + std::to_string(have_major) + "." + std::to_string(have_minor) +
-                            " is not supported; allowed: exactly " + std::to_string(major) + "." + std::to_string(minor));
+  const auto [have, text] = device_compute_capability();
+  if (have != major * 10 + minor) {
+    refuse(kernel_name, "device compute capability " + text + " is not supported; allowed: exactly " +
+                            std::to_string(major) + "." + std::to_string(minor));
   }
 }
 
