@@ -1,3 +1,5 @@
+// The exported tile list (tilings.hpp), built from the rungs' tiling headers over the same lists
+// of head dims the host dispatch uses, so it holds exactly the tilings the kernels compile with.
 #include "kernels/tilings.hpp"
 
 #include <algorithm>
