@@ -60,18 +60,21 @@ step_ptxas() {
   [ $bad = 0 ] || status=1
 }
 step_fa4() {
-  # FlashAttention-4 from carried wheels (.whl/), installed into /tmp/site. Its 92 MB libs-cu13
-  # wheel travels in two calls: the first carries .whl_a/ and leaves its part a in /tmp, the second carries .whl/ with part b.
+  # FlashAttention-4 from wheels carried in .whl/, installed into /tmp/site (the benchmark puts it
+  # on its path). A wheel too large for one transfer comes in two parts: NAME.part-a in .whl_a/,
+  # carried by an earlier call and left in /tmp, and NAME.part-b in .whl/, joined here.
   if python3 -c "import sys; sys.path[:0] = ['/tmp/site', '/tmp/site/nvidia_cutlass_dsl/dsl_packages']; import flash_attn.cute" 2>/dev/null; then
     echo "fa4: already installed"; return
   fi
   cp .whl_a/*.part-a /tmp/ 2>/dev/null || true
-  local parts=(/tmp/*.part-a)
-  if ! ls .whl/*.part-b >/dev/null 2>&1; then echo "fa4: part a kept in /tmp ($(ls /tmp/*.part-a))"; return; fi
+  if ! ls .whl/*.whl >/dev/null 2>&1; then echo "fa4: no wheels in .whl/ (parts kept in /tmp: $(ls /tmp/*.part-a 2>/dev/null))"; return; fi
   mkdir -p /tmp/wheels
-  for part in "${parts[@]}"; do
-    local name=$(basename "$part" .part-a)
-    cat "$part" ".whl/$name.part-b" >"/tmp/wheels/$name"
+  local part name
+  for part in .whl/*.part-b; do
+    [ -e "$part" ] || continue
+    name=$(basename "$part" .part-b)
+    [ -e "/tmp/$name.part-a" ] || { echo "fa4: /tmp/$name.part-a is missing"; status=1; return; }
+    cat "/tmp/$name.part-a" "$part" >"/tmp/wheels/$name"
   done
   cp .whl/*.whl /tmp/wheels/
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/wheels/*.whl \
