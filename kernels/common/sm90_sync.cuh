@@ -7,7 +7,6 @@
 #include <cuda/ptx>
 
 #include <cstdint>
-#include <cstdio>
 
 namespace flashlab::kernels::sm90 {
 
@@ -33,17 +32,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(Mbarrier* barrier, 
 }
 
 // Waits until the phase of parity `parity` has completed. With FLASHLAB_TRAP_HANGS defined, a
-// wait that spins for about 2^30 tries (seconds) prints the barrier and traps: a phase bug then
-// fails the launch instead of hanging the GPU.
+// wait that spins for about 2^30 tries (seconds) traps: a phase bug then fails the launch (an
+// illegal-instruction error at the next synchronisation) instead of hanging the GPU. No printf:
+// a call inside a kernel makes ptxas serialise its wgmma.
 __device__ __forceinline__ void mbarrier_wait(Mbarrier* barrier, std::uint32_t parity) {
 #ifdef FLASHLAB_TRAP_HANGS
   for (std::uint32_t tries = 0; !cuda::ptx::mbarrier_try_wait_parity(barrier, parity); ++tries) {
-    if (tries == (1u << 30)) {
-      std::printf("mbarrier wait never completed: block %d thread %d barrier smem+%u parity %u\n",
-                  static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x),
-                  static_cast<unsigned>(__cvta_generic_to_shared(barrier)), parity);
-      __trap();
-    }
+    if (tries == (1u << 30)) __trap();
   }
 #else
   while (!cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {
