@@ -72,7 +72,8 @@ struct HostTensor {
 
   HostTensor() = default;
   HostTensor(TensorId id, DType dtype, int rows, int heads, int dim, float fill = 0.0f)
-      : id(id), dtype(dtype), rows(rows), heads(heads), dim(dim), values(tensor_elements(to_string(id), rows, heads, dim), fill) {}
+      : id(id), dtype(dtype), rows(rows), heads(heads), dim(dim),
+        values(tensor_elements(to_string(id), rows, heads, dim), fill) {}
 
   float& at(int row, int head, int col) { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
   float at(int row, int head, int col) const { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }

@@ -356,7 +356,8 @@ class TileMemory {
 
   // In place on a scaled score tile: softcap, ALiBi, then -inf where the mask hides the key.
   FLASHLAB_HOT_INLINE void apply_score_mods(Tile& s, const HeadProblem& head) {
-    checked_accumulate(counters_.other_flops, checked_mul(s.elements(), score_mod_flops(head), "other_flops of a tile"), "other_flops");
+    checked_accumulate(counters_.other_flops, checked_mul(s.elements(), score_mod_flops(head), "other_flops of a tile"),
+                       "other_flops");
     if (head.softcap > 0) checked_accumulate(counters_.exponentials, s.elements(), "exponentials");
     if constexpr (kWithData) {
       for (int r = 0; r < s.row_count(); ++r) {

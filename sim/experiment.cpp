@@ -66,13 +66,17 @@ ExperimentResult run_experiment(const Machine& machine, std::ostream& out) {
   const std::int64_t d2 = std::int64_t{kHeadDim} * kHeadDim;
   std::vector<PointSpec> crossover_specs;
   for (std::int64_t m = d2 / 8; m <= 8 * d2; m *= 2) {
-    for (const char* schedule : {"fa2", "square_tiling", "fa1"}) crossover_specs.push_back({schedule, "none", kCrossoverSeqlen, kHeadDim, m * e});
+    for (const char* schedule : {"fa2", "square_tiling", "fa1"}) {
+      crossover_specs.push_back({schedule, "none", kCrossoverSeqlen, kHeadDim, m * e});
+    }
   }
   // A machine's M can make the tiling degenerate (1 x 1 tiles): refused before any point runs.
   require_points_within_limits(result.grid, specs);
   require_points_within_limits(result.grid, crossover_specs);
 
-  for (const PointSpec& p : specs) result.points.push_back(count_point(result.grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask));
+  for (const PointSpec& p : specs) {
+    result.points.push_back(count_point(result.grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask));
+  }
   result.fits = fit_sweep(result.points);
 
   result.crossover_seqlen = kCrossoverSeqlen;

@@ -209,7 +209,9 @@ std::vector<UnitClass> unit_classes(const Problem& problem, int unit_heads) {
   std::map<std::vector<bool>, UnitClass> alibi;  // ALiBi on or off per head of a unit -> its first unit, count
   for (int first = 0; first < problem.heads_q; first += unit_heads) {
     std::vector<bool> pattern;
-    for (int h = first; h < first + unit_heads; ++h) pattern.push_back(!problem.alibi_slopes.empty() && problem.alibi_slopes[h] != 0.0f);
+    for (int h = first; h < first + unit_heads; ++h) {
+      pattern.push_back(!problem.alibi_slopes.empty() && problem.alibi_slopes[h] != 0.0f);
+    }
     auto [it, inserted] = alibi.try_emplace(std::move(pattern), UnitClass{0, first, 0});
     ++it->second.count;
   }
@@ -288,7 +290,9 @@ RunCost cost_of(const ScheduleInfo& info, const Problem& problem, const RunOptio
     Count scratch = 0;  // per head, freed after it: the largest sequence's
     for (int b = 0; b < sequences; ++b) {
       Count head_scratch = scratch_elements(info.name, problem, b, blocks);
-      if (backward && unit_heads > 1) head_scratch += Count(unit_heads) * problem.seqlen_k_of(b) * (d + dv);  // fp32 dK, dV parts
+      if (backward && unit_heads > 1) {  // the group's fp32 dK, dV parts
+        head_scratch += Count(unit_heads) * problem.seqlen_k_of(b) * (d + dv);
+      }
       scratch = std::max(scratch, head_scratch);
     }
     // SRAM tiles: at most the working set, and never more than M; tiles of 2-byte types are fp32 here.

@@ -34,7 +34,8 @@ CLI::Option* add_decimal_option(CLI::App& app, const std::string& names, Integer
   };
   CLI::Option* option = app.add_option(names, CLI::callback_t(parse), description);
   // The range is the type's name, so that help and CLI11's own refusals (a missing value) say it.
-  option->type_name("INT (allowed: " + decimal_range(low, high) + ")")->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+  option->type_name("INT (allowed: " + decimal_range(low, high) + ")");
+  option->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::Throw);
   return option;
 }
 

@@ -34,9 +34,9 @@
 #include "algorithms/checked_math.hpp"
 #include "algorithms/limits.hpp"
 #include "kernels/tilings.hpp"
-#include "sim/cli/decimal_options.hpp"
 #include "sim/bounds.hpp"
 #include "sim/check.hpp"
+#include "sim/cli/decimal_options.hpp"
 #include "sim/closed_forms.hpp"
 #include "sim/decimal.hpp"
 #include "sim/experiment.hpp"
@@ -103,7 +103,9 @@ std::vector<std::string> split(const std::string& text) {
 std::vector<int> split_ints(const std::string& text, const char* option, int low, int high) {
   std::vector<int> values;
   for (const std::string& part : split(text)) values.push_back(static_cast<int>(parse_decimal(part, option, low, high)));
-  if (values.empty()) throw BadInput(std::string(option) + ": no values given; allowed: a comma-separated list in " + decimal_range(low, high));
+  if (values.empty()) {
+    throw BadInput(std::string(option) + ": no values given; allowed: a comma-separated list in " + decimal_range(low, high));
+  }
   return values;
 }
 
@@ -134,7 +136,8 @@ struct ProblemOptions {
     app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default fp32; a machine preset sets its own)");
     app.add_option("--sram,-M", sram, "SRAM size M in bytes, K/M suffixes allowed (228K); default: the machine's");
     app.add_option("--machine", machine, "machine preset key (flashlab machines) or a preset .json path");
-    add_decimal_option(app, "--block-rows", block_rows, "explicit Br (query rows per block; 0: derived)", 0, kMaxSequenceLength);
+    add_decimal_option(app, "--block-rows", block_rows, "explicit Br (query rows per block; 0: derived)", 0,
+                       kMaxSequenceLength);
     add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (keys per block; 0: derived)", 0, kMaxSequenceLength);
     add_decimal_option(app, "--splits", splits, "split_kv: number of KV chunks (0: 4)", 0, kMaxSequenceLength);
   }
