@@ -105,6 +105,32 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
   return result;
 }
 
+std::int64_t oracle_bytes(const Problem& problem, bool with_gradients, OracleOptions options) {
+  problem.validate();
+  using Count = CheckedInt64;
+  try {
+    // Score-sized matrices alive at once for one head: scaled, s, p, derivative, keep, p_dropped;
+    // the gradients add dp, ds and two temporaries of their products.
+    const Count score_matrices = with_gradients ? 10 : 6;
+    Count longest = 0, kept = 0;  // the largest sequence's scores; every head's (when P is kept)
+    const int distinct = problem.varlen() ? problem.batch : 1;  // a dense batch: sequences alike
+    for (int b = 0; b < distinct; ++b) {
+      const Count scores = Count(problem.seqlen_q_of(b)) * problem.seqlen_k_of(b);
+      longest = std::max(longest, scores);
+      kept += scores * problem.heads_q;
+    }
+    if (!problem.varlen()) kept = kept * problem.batch;
+    const Count rows_q = problem.total_rows_q(), rows_k = problem.total_rows_k();
+    const Count d = problem.head_dim, dv = problem.value_dim();
+    Count elements = rows_q * problem.heads_q * (dv + 1) + score_matrices * longest;  // O, LSE
+    if (with_gradients) elements += rows_q * problem.heads_q * d + rows_k * problem.heads_kv * (d + dv);
+    if (options.keep_probabilities) elements += kept;
+    return (elements * static_cast<std::int64_t>(sizeof(double))).value();
+  } catch (const SizeOverflow&) {  // more than int64 bytes: the bound saturates
+    return std::numeric_limits<std::int64_t>::max();
+  }
+}
+
 double max_abs_error(std::span<const float> got, std::span<const double> expected) {
   if (got.size() != expected.size()) return std::numeric_limits<double>::infinity();
   double worst = 0;

@@ -17,7 +17,8 @@ struct OracleTensor {
   std::vector<double> values;
 
   OracleTensor() = default;
-  OracleTensor(int rows, int heads, int dim) : rows(rows), heads(heads), dim(dim), values(static_cast<std::size_t>(rows) * heads * dim, 0.0) {}
+  OracleTensor(int rows, int heads, int dim)
+      : rows(rows), heads(heads), dim(dim), values(tensor_elements("an oracle tensor", rows, heads, dim), 0.0) {}
   double& at(int row, int head, int col) { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
   double at(int row, int head, int col) const { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
 };
@@ -37,6 +38,11 @@ struct OracleOptions {
 // Inputs are read as given (already rounded to the problem's dtype); all math in double.
 OracleResult oracle_attention(const Problem& problem, const AttentionTensors& inputs,
                               const HostTensor* dO = nullptr, OracleOptions options = {});
+
+// The host memory oracle_attention holds at its peak, in bytes: its double-precision outputs and
+// the score-sized matrices of the largest sequence, which it materialises per head. An upper
+// bound, saturated at the int64 maximum (no wrap).
+std::int64_t oracle_bytes(const Problem& problem, bool with_gradients, OracleOptions options = {});
 
 // The largest |got - expected| over two equally long sequences of values; -inf matches -inf (a
 // fully masked row's LSE); a NaN, an unmatched infinity or a length mismatch is an infinite error.

@@ -90,8 +90,9 @@ void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling&
   const int chunk_length = tiling.chunk_length(head.seqlen_k);
   const int chunks = tiling.chunk_count(head.seqlen_k);
   HbmScratch scratch(Memory::with_data);
-  const HbmMatrix O_partial =
-      scratch.matrix(TensorId::O_partial, DType::fp32, head.seqlen_q * chunks, dv);
+  const int partial_rows =
+      checked_int(checked_mul(head.seqlen_q, chunks, "split_kv: seqlen_q x chunks"), "split_kv: rows of O_partial");
+  const HbmMatrix O_partial = scratch.matrix(TensorId::O_partial, DType::fp32, partial_rows, dv);
   const HbmMatrix LSE_partial =
       scratch.matrix(TensorId::LSE_partial, DType::fp32, head.seqlen_q, chunks);
 

@@ -55,7 +55,9 @@ void memory_efficient_attention(Memory& mem, const HeadProblem& head, const Memo
   const int chunks = (head.seqlen_k + Bc - 1) / Bc;
   HbmScratch scratch(Memory::with_data);
   // Summaries of key chunk j for query row r: values at row j * seqlen_q + r, m and l at (r, j).
-  const HbmMatrix values = scratch.matrix(TensorId::O_partial, DType::fp32, chunks * head.seqlen_q, dv);
+  const int summary_rows = checked_int(checked_mul(chunks, head.seqlen_q, "memory_efficient: chunks x seqlen_q"),
+                                       "memory_efficient: summary rows");
+  const HbmMatrix values = scratch.matrix(TensorId::O_partial, DType::fp32, summary_rows, dv);
   const HbmMatrix chunk_max = scratch.matrix(TensorId::m, DType::fp32, head.seqlen_q, chunks);
   const HbmMatrix chunk_sum = scratch.matrix(TensorId::l, DType::fp32, head.seqlen_q, chunks);
   const auto chunk_rows = [&](int chunk, Range rows) { return Range{chunk * head.seqlen_q + rows.begin, rows.size}; };

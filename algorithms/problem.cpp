@@ -6,6 +6,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "checked_math.hpp"
+#include "limits.hpp"
+
 namespace flashlab {
 
 
@@ -57,16 +60,27 @@ void require_range(const char* name, long long value, long long low, long long h
 }
 
 void validate_cu_seqlens(const char* name, const std::vector<int>& cu, int batch) {
-  if (static_cast<int>(cu.size()) != batch + 1) {
+  if (cu.size() != static_cast<std::size_t>(batch) + 1) {
     bad_input(std::string(name) + " has " + std::to_string(cu.size()) +
               " entries; allowed: batch + 1 = " + std::to_string(batch + 1));
   }
   if (cu.front() != 0) bad_input(std::string(name) + "[0] = " + std::to_string(cu.front()) + "; allowed: 0");
   for (int b = 0; b < batch; ++b) {
-    if (cu[b + 1] - cu[b] < 1) {
-      bad_input(std::string(name) + ": sequence " + std::to_string(b) + " has length " +
-                std::to_string(cu[b + 1] - cu[b]) + "; allowed: >= 1");
+    const std::int64_t length = std::int64_t{cu[b + 1]} - cu[b];  // int64: offsets may be anything
+    if (length < 1) {
+      bad_input(std::string(name) + ": sequence " + std::to_string(b) + " has length " + std::to_string(length) +
+                "; allowed: >= 1");
     }
+  }
+}
+
+// The packed tensors have batch x seqlen rows, and rows are int (host and device).
+void require_packed_rows(const char* seqlen_name, int batch, int seqlen) {
+  const std::string product = std::string("batch x ") + seqlen_name;
+  const std::int64_t rows = checked_mul(batch, seqlen, product.c_str());
+  if (rows > kMaxPackedRows) {
+    bad_input(product + " = " + std::to_string(batch) + " x " + std::to_string(seqlen) + " = " + std::to_string(rows) +
+              " rows; allowed: at most " + std::to_string(kMaxPackedRows) + " (the packed tensors' rows are int)");
   }
 }
 
@@ -81,21 +95,18 @@ float round_to(DType dtype, float value) {
   return value;
 }
 
-constexpr int kMaxDim = 1 << 16;
-constexpr int kMaxLength = 1 << 30;
-
 void Problem::validate() const {
-  require_range("batch", batch, 1, kMaxLength);
-  require_range("heads_q", heads_q, 1, kMaxDim);
+  require_range("batch", batch, 1, kMaxBatch);
+  require_range("heads_q", heads_q, 1, kMaxHeads);
   require_range("heads_kv", heads_kv, 1, heads_q);
   if (heads_q % heads_kv != 0) {
     bad_input("heads_q = " + std::to_string(heads_q) + " is not a multiple of heads_kv = " +
               std::to_string(heads_kv) + "; allowed: heads_kv divides heads_q (MHA, GQA, MQA)");
   }
-  require_range("seqlen_q", seqlen_q, 1, kMaxLength);
-  require_range("seqlen_k", seqlen_k, 1, kMaxLength);
-  require_range("head_dim", head_dim, 1, kMaxDim);
-  require_range("head_dim_v", head_dim_v, 0, kMaxDim);
+  require_range("seqlen_q", seqlen_q, 1, kMaxSequenceLength);
+  require_range("seqlen_k", seqlen_k, 1, kMaxSequenceLength);
+  require_range("head_dim", head_dim, 1, kMaxHeadDim);
+  require_range("head_dim_v", head_dim_v, 0, kMaxHeadDim);
   if (!(softmax_scale >= 0) || !std::isfinite(softmax_scale)) {
     bad_input("softmax_scale = " + std::to_string(softmax_scale) + "; allowed: finite, > 0 (or 0 for 1/sqrt(head_dim))");
   }
@@ -122,15 +133,18 @@ void Problem::validate() const {
   if (varlen()) {
     validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch);
     validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch);
+  } else {
+    require_packed_rows("seqlen_q", batch, seqlen_q);
+    require_packed_rows("seqlen_k", batch, seqlen_k);
   }
   const BlockSparsity& sparsity = block_sparsity;
   if (sparsity.enabled() || sparsity.block_cols != 0 || !sparsity.keep.empty()) {
-    require_range("block_sparsity.block_rows", sparsity.block_rows, 1, kMaxLength);
-    require_range("block_sparsity.block_cols", sparsity.block_cols, 1, kMaxLength);
+    require_range("block_sparsity.block_rows", sparsity.block_rows, 1, kMaxSequenceLength);
+    require_range("block_sparsity.block_cols", sparsity.block_cols, 1, kMaxSequenceLength);
     const int needed_rows = (seqlen_q + sparsity.block_rows - 1) / sparsity.block_rows;
     const int needed_cols = (seqlen_k + sparsity.block_cols - 1) / sparsity.block_cols;
-    require_range("block_sparsity.row_blocks", sparsity.row_blocks, needed_rows, kMaxLength);
-    require_range("block_sparsity.col_blocks", sparsity.col_blocks, needed_cols, kMaxLength);
+    require_range("block_sparsity.row_blocks", sparsity.row_blocks, needed_rows, kMaxSequenceLength);
+    require_range("block_sparsity.col_blocks", sparsity.col_blocks, needed_cols, kMaxSequenceLength);
     if (sparsity.keep.size() != static_cast<std::size_t>(sparsity.row_blocks) * sparsity.col_blocks) {
       bad_input("block_sparsity.keep has " + std::to_string(sparsity.keep.size()) +
                 " entries; allowed: row_blocks * col_blocks = " +
@@ -143,22 +157,42 @@ double Problem::scale() const { return softmax_scale > 0 ? softmax_scale : 1.0 /
 
 int Problem::seqlen_q_of(int b) const { return varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
 int Problem::seqlen_k_of(int b) const { return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
-int Problem::first_row_q(int b) const { return varlen() ? cu_seqlens_q[b] : b * seqlen_q; }
-int Problem::first_row_k(int b) const { return varlen() ? cu_seqlens_k[b] : b * seqlen_k; }
-int Problem::total_rows_q() const { return varlen() ? cu_seqlens_q.back() : batch * seqlen_q; }
-int Problem::total_rows_k() const { return varlen() ? cu_seqlens_k.back() : batch * seqlen_k; }
+// Checked: a problem that was never validated must not wrap into a small, wrong row count.
+int Problem::first_row_q(int b) const {
+  return varlen() ? cu_seqlens_q[b] : checked_int(checked_mul(b, seqlen_q, "first row of Q"), "first row of Q");
+}
+int Problem::first_row_k(int b) const {
+  return varlen() ? cu_seqlens_k[b] : checked_int(checked_mul(b, seqlen_k, "first row of K"), "first row of K");
+}
+int Problem::total_rows_q() const {
+  return varlen() ? cu_seqlens_q.back() : checked_int(checked_mul(batch, seqlen_q, "batch x seqlen_q"), "batch x seqlen_q");
+}
+int Problem::total_rows_k() const {
+  return varlen() ? cu_seqlens_k.back() : checked_int(checked_mul(batch, seqlen_k, "batch x seqlen_k"), "batch x seqlen_k");
+}
 
 void set_varlen(Problem& problem, const std::vector<int>& seqlens_q, const std::vector<int>& seqlens_k) {
   if (seqlens_q.size() != seqlens_k.size() || seqlens_q.empty()) {
     bad_input("varlen: seqlens_q has " + std::to_string(seqlens_q.size()) + " entries and seqlens_k " +
               std::to_string(seqlens_k.size()) + "; allowed: the same number, >= 1");
   }
-  problem.batch = static_cast<int>(seqlens_q.size());
+  problem.batch = checked_int(static_cast<std::int64_t>(seqlens_q.size()), "varlen: number of sequences");
   problem.cu_seqlens_q = {0};
   problem.cu_seqlens_k = {0};
+  // The offsets are int: a total past kMaxPackedRows is refused, never wrapped.
+  const auto next_offset = [](int offset, int length, const char* total) {
+    if (length < 1) bad_input("varlen: a sequence of length " + std::to_string(length) + "; allowed: >= 1");
+    const std::int64_t sum = std::int64_t{offset} + length;
+    if (sum > kMaxPackedRows) {
+      bad_input(std::string("varlen: ") + total + " = " + std::to_string(sum) + " rows after adding a sequence of " +
+                std::to_string(length) + "; allowed: at most " + std::to_string(kMaxPackedRows) +
+                " (the packed tensors' rows are int)");
+    }
+    return static_cast<int>(sum);
+  };
   for (std::size_t b = 0; b < seqlens_q.size(); ++b) {
-    problem.cu_seqlens_q.push_back(problem.cu_seqlens_q.back() + seqlens_q[b]);
-    problem.cu_seqlens_k.push_back(problem.cu_seqlens_k.back() + seqlens_k[b]);
+    problem.cu_seqlens_q.push_back(next_offset(problem.cu_seqlens_q.back(), seqlens_q[b], "total of seqlens_q"));
+    problem.cu_seqlens_k.push_back(next_offset(problem.cu_seqlens_k.back(), seqlens_k[b], "total of seqlens_k"));
   }
   problem.seqlen_q = *std::max_element(seqlens_q.begin(), seqlens_q.end());
   problem.seqlen_k = *std::max_element(seqlens_k.begin(), seqlens_k.end());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "checked_math.hpp"
 #include "problem.hpp"
 
 namespace flashlab {
@@ -51,6 +52,16 @@ struct HbmMatrix {
   float& at(int row, int col) const { return data[row * row_stride + col]; }
 };
 
+// The number of elements of a [rows, heads, dim] tensor: checked, never wrapped or negative.
+inline std::size_t tensor_elements(const char* name, std::int64_t rows, std::int64_t heads, std::int64_t dim) {
+  const std::string what = std::string("elements of ") + name + " (rows x heads x dim)";
+  if (rows < 0 || heads < 0 || dim < 0) {
+    throw SizeOverflow(what + ": " + std::to_string(rows) + " x " + std::to_string(heads) + " x " + std::to_string(dim) +
+                       "; allowed: sizes >= 0");
+  }
+  return checked_size(checked_product(what.c_str(), rows, heads, dim), what.c_str());
+}
+
 // A host buffer laid out [rows, heads, dim] (the flash-attention layout), holding values already
 // rounded to its dtype.
 struct HostTensor {
@@ -62,7 +73,7 @@ struct HostTensor {
   HostTensor() = default;
   HostTensor(TensorId id, DType dtype, int rows, int heads, int dim, float fill = 0.0f)
       : id(id), dtype(dtype), rows(rows), heads(heads), dim(dim),
-        values(static_cast<std::size_t>(rows) * heads * dim, fill) {}
+        values(tensor_elements(to_string(id), rows, heads, dim), fill) {}
 
   float& at(int row, int head, int col) { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
   float at(int row, int head, int col) const { return values[(static_cast<std::size_t>(row) * heads + head) * dim + col]; }
@@ -82,7 +93,7 @@ class HbmScratch {
   HbmMatrix matrix(TensorId id, DType dtype, int rows, int cols) {
     float* data = nullptr;
     if (with_data_) {
-      buffers_.emplace_back(static_cast<std::size_t>(rows) * cols, 0.0f);
+      buffers_.emplace_back(tensor_elements(to_string(id), rows, 1, cols), 0.0f);
       data = buffers_.back().data();
     }
     return {id, dtype, data, rows, cols, cols};

@@ -6,29 +6,31 @@ namespace flashlab {
 
 std::int64_t Counters::hbm_read_bytes() const {
   std::int64_t total = 0;
-  for (const TensorTraffic& t : tensor) total += t.hbm_read_bytes;
+  for (const TensorTraffic& t : tensor) checked_accumulate(total, t.hbm_read_bytes, "hbm_read_bytes");
   return total;
 }
 
 std::int64_t Counters::hbm_write_bytes() const {
   std::int64_t total = 0;
-  for (const TensorTraffic& t : tensor) total += t.hbm_write_bytes;
+  for (const TensorTraffic& t : tensor) checked_accumulate(total, t.hbm_write_bytes, "hbm_write_bytes");
   return total;
 }
 
+std::int64_t Counters::hbm_bytes() const { return checked_add(hbm_read_bytes(), hbm_write_bytes(), "hbm_bytes"); }
+
 Counters& Counters::operator+=(const Counters& other) {
   for (int i = 0; i < kTensorCount; ++i) {
-    tensor[i].hbm_read_elements += other.tensor[i].hbm_read_elements;
-    tensor[i].hbm_write_elements += other.tensor[i].hbm_write_elements;
-    tensor[i].hbm_read_bytes += other.tensor[i].hbm_read_bytes;
-    tensor[i].hbm_write_bytes += other.tensor[i].hbm_write_bytes;
+    checked_accumulate(tensor[i].hbm_read_elements, other.tensor[i].hbm_read_elements, "hbm_read_elements");
+    checked_accumulate(tensor[i].hbm_write_elements, other.tensor[i].hbm_write_elements, "hbm_write_elements");
+    checked_accumulate(tensor[i].hbm_read_bytes, other.tensor[i].hbm_read_bytes, "hbm_read_bytes");
+    checked_accumulate(tensor[i].hbm_write_bytes, other.tensor[i].hbm_write_bytes, "hbm_write_bytes");
   }
-  matmul_flops += other.matmul_flops;
-  exponentials += other.exponentials;
-  other_flops += other.other_flops;
+  checked_accumulate(matmul_flops, other.matmul_flops, "matmul_flops");
+  checked_accumulate(exponentials, other.exponentials, "exponentials");
+  checked_accumulate(other_flops, other.other_flops, "other_flops");
   sram_peak_bytes = std::max(sram_peak_bytes, other.sram_peak_bytes);
-  loads += other.loads;
-  stores += other.stores;
+  checked_accumulate(loads, other.loads, "loads");
+  checked_accumulate(stores, other.stores, "stores");
   return *this;
 }
 

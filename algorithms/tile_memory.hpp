@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "checked_math.hpp"
 #include "problem.hpp"
 #include "tensors.hpp"
 
@@ -60,8 +61,9 @@ struct Counters {
   const TensorTraffic& operator[](TensorId id) const { return tensor[static_cast<int>(id)]; }
   std::int64_t hbm_read_bytes() const;
   std::int64_t hbm_write_bytes() const;
-  std::int64_t hbm_bytes() const { return hbm_read_bytes() + hbm_write_bytes(); }
-  // Sums traffic and FLOPs; the peak is the maximum (heads run one after another).
+  std::int64_t hbm_bytes() const;
+  // Sums traffic and FLOPs; the peak is the maximum (heads run one after another). Every sum
+  // here is checked (checked_math.hpp): a count past int64 is refused, never wrapped.
   Counters& operator+=(const Counters& other);
   bool operator==(const Counters&) const = default;
 };
@@ -88,7 +90,9 @@ struct TraceEvent {
 class TraceSink {
  public:
   virtual ~TraceSink() = default;
-  virtual void record(const TraceEvent& event) = 0;
+  // noexcept: a tile's destructor records its free, also during stack unwinding, where a throw
+  // would end the program. A sink that cannot store an event notes it and reports it later.
+  virtual void record(const TraceEvent& event) noexcept = 0;
   // Compute events of data runs carry the tile's values when it has at most this many elements.
   std::int64_t value_elements_limit = 0;
 };
@@ -133,7 +137,7 @@ class Tile {
   Tile() = default;
   FLASHLAB_HOT_INLINE Tile(SramArena* arena, TensorId id, DType dtype, Range rows, Range cols)
       : arena_(arena), id_(id), dtype_(dtype), rows_(rows), cols_(cols),
-        bytes_(static_cast<std::int64_t>(rows.size) * cols.size * element_bytes(dtype)) {
+        bytes_(checked_product("bytes of a tile", rows.size, cols.size, element_bytes(dtype))) {
     arena_->acquire(*this);
   }
   FLASHLAB_HOT_INLINE Tile(Tile&& other) noexcept { *this = std::move(other); }
@@ -203,9 +207,9 @@ inline TraceEvent tile_event(EventKind kind, const Tile& tile, std::int64_t sram
 #pragma GCC diagnostic ignored "-Wdangling-pointer"
 #endif
 FLASHLAB_HOT_INLINE void SramArena::acquire(const Tile& tile) {
-  const std::int64_t bytes = tile.bytes();
-  if (capacity_bytes_ > 0 && in_use_bytes_ + bytes > capacity_bytes_) overflow(tile);
-  in_use_bytes_ += bytes;
+  const std::int64_t in_use = checked_add(in_use_bytes_, tile.bytes(), "SRAM bytes in use");
+  if (capacity_bytes_ > 0 && in_use > capacity_bytes_) overflow(tile);
+  in_use_bytes_ = in_use;
   peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
   tile.previous_live_ = last_live_;
   tile.next_live_ = nullptr;
@@ -307,7 +311,7 @@ class TileMemory {
 
   FLASHLAB_HOT_INLINE Tile copy(TensorId id, const Tile& source) {
     Tile tile(&arena_, id, tile_dtype(id), source.rows(), source.cols());
-    counters_.other_flops += tile.elements();
+    checked_accumulate(counters_.other_flops, tile.elements(), "other_flops");
     if constexpr (kWithData) tile.values = source.values;
     emit_compute(tile, "copy");
     return tile;
@@ -338,7 +342,7 @@ class TileMemory {
     const int kb = tb == Transpose::yes ? b.col_count() : b.row_count();
     const int n = tb == Transpose::yes ? b.row_count() : b.col_count();
     if (k != kb || c.row_count() != m || c.col_count() != n) matmul_shape_error(c, a, b);
-    counters_.matmul_flops += 2LL * m * n * k;
+    checked_accumulate(counters_.matmul_flops, checked_product("matmul_flops of a tile", 2, m, n, k), "matmul_flops");
     if constexpr (kWithData) {
       if (ta == Transpose::no && tb == Transpose::no) c.values.noalias() += alpha * (a.values * b.values);
       if (ta == Transpose::no && tb == Transpose::yes) c.values.noalias() += alpha * (a.values * b.values.transpose());
@@ -352,8 +356,9 @@ class TileMemory {
 
   // In place on a scaled score tile: softcap, ALiBi, then -inf where the mask hides the key.
   FLASHLAB_HOT_INLINE void apply_score_mods(Tile& s, const HeadProblem& head) {
-    counters_.other_flops += s.elements() * score_mod_flops(head);
-    if (head.softcap > 0) counters_.exponentials += s.elements();
+    checked_accumulate(counters_.other_flops, checked_mul(s.elements(), score_mod_flops(head), "other_flops of a tile"),
+                       "other_flops");
+    if (head.softcap > 0) checked_accumulate(counters_.exponentials, s.elements(), "exponentials");
     if constexpr (kWithData) {
       for (int r = 0; r < s.row_count(); ++r) {
         const int row = s.rows().begin + r;
@@ -371,8 +376,8 @@ class TileMemory {
   FLASHLAB_HOT_INLINE void chain_score_mods(Tile& ds, const Tile& s_scaled, const HeadProblem& head) {
     require_same_shape(ds, s_scaled, "chain_score_mods");
     if (head.softcap <= 0) return;
-    counters_.exponentials += ds.elements();
-    counters_.other_flops += 2 * ds.elements();
+    checked_accumulate(counters_.exponentials, ds.elements(), "exponentials");
+    checked_accumulate(counters_.other_flops, checked_mul(2, ds.elements(), "other_flops of a tile"), "other_flops");
     if constexpr (kWithData) {
       for (int r = 0; r < ds.row_count(); ++r)
         for (int c = 0; c < ds.col_count(); ++c) ds.values(r, c) *= head.modify_score_derivative(s_scaled.values(r, c));
@@ -383,7 +388,7 @@ class TileMemory {
   // In place: dropped elements become 0, kept ones are scaled by 1 / (1 - p) (FA1 Algorithm 2).
   FLASHLAB_HOT_INLINE void apply_dropout(Tile& p, const HeadProblem& head) {
     if (head.dropout.probability <= 0) return;
-    counters_.other_flops += p.elements();
+    checked_accumulate(counters_.other_flops, p.elements(), "other_flops");
     if constexpr (kWithData) {
       const float keep_scale = head.dropout_scale();
       for (int r = 0; r < p.row_count(); ++r)
@@ -397,14 +402,14 @@ class TileMemory {
 
   FLASHLAB_HOT_INLINE Tile row_max(TensorId id, const Tile& s) {
     Tile m(&arena_, id, tile_dtype(id), s.rows(), {0, 1});
-    counters_.other_flops += s.elements();
+    checked_accumulate(counters_.other_flops, s.elements(), "other_flops");
     if constexpr (kWithData) m.values = s.values.rowwise().maxCoeff();
     emit_compute(m, "row_max");
     return m;
   }
   FLASHLAB_HOT_INLINE Tile row_sum(TensorId id, const Tile& p) {
     Tile l(&arena_, id, tile_dtype(id), p.rows(), {0, 1});
-    counters_.other_flops += p.elements();
+    checked_accumulate(counters_.other_flops, p.elements(), "other_flops");
     if constexpr (kWithData) l.values = p.values.rowwise().sum();
     emit_compute(l, "row_sum");
     return l;
@@ -413,7 +418,7 @@ class TileMemory {
   FLASHLAB_HOT_INLINE Tile row_dot(TensorId id, const Tile& a, const Tile& b) {
     require_same_shape(a, b, "row_dot");
     Tile d(&arena_, id, tile_dtype(id), a.rows(), {0, 1});
-    counters_.other_flops += 2 * a.elements();
+    checked_accumulate(counters_.other_flops, checked_mul(2, a.elements(), "other_flops of a tile"), "other_flops");
     if constexpr (kWithData) d.values = a.values.cwiseProduct(b.values).rowwise().sum();
     emit_compute(d, "row_dot");
     return d;
@@ -421,7 +426,7 @@ class TileMemory {
   // a = max(a, b), element-wise.
   FLASHLAB_HOT_INLINE void maximum(Tile& a, const Tile& b) {
     require_same_shape(a, b, "maximum");
-    counters_.other_flops += a.elements();
+    checked_accumulate(counters_.other_flops, a.elements(), "other_flops");
     if constexpr (kWithData) a.values = a.values.cwiseMax(b.values);
     emit_compute(a, "max");
   }
@@ -430,8 +435,8 @@ class TileMemory {
   FLASHLAB_HOT_INLINE Tile exp_minus_row(TensorId id, const Tile& s, const Tile& m) {
     require_rows(s, m, "exp_minus_row");
     Tile p(&arena_, id, tile_dtype(id), s.rows(), s.cols());
-    counters_.exponentials += s.elements();
-    counters_.other_flops += s.elements();
+    checked_accumulate(counters_.exponentials, s.elements(), "exponentials");
+    checked_accumulate(counters_.other_flops, s.elements(), "other_flops");
     if constexpr (kWithData) {
       p.values.resize(s.row_count(), s.col_count());
       for (int r = 0; r < s.row_count(); ++r) {
@@ -453,8 +458,8 @@ class TileMemory {
   FLASHLAB_HOT_INLINE Tile exp_difference(TensorId id, const Tile& a, const Tile& b) {
     require_same_shape(a, b, "exp_difference");
     Tile e(&arena_, id, tile_dtype(id), a.rows(), a.cols());
-    counters_.exponentials += a.elements();
-    counters_.other_flops += a.elements();
+    checked_accumulate(counters_.exponentials, a.elements(), "exponentials");
+    checked_accumulate(counters_.other_flops, a.elements(), "other_flops");
     if constexpr (kWithData) {
       e.values = a.values.binaryExpr(b.values, [](float x, float y) { return x == y ? 1.0f : std::exp(x - y); });
     }
@@ -464,14 +469,14 @@ class TileMemory {
   // x = diag(factor) x
   FLASHLAB_HOT_INLINE void scale_rows(Tile& x, const Tile& factor) {
     require_rows(x, factor, "scale_rows");
-    counters_.other_flops += x.elements();
+    checked_accumulate(counters_.other_flops, x.elements(), "other_flops");
     if constexpr (kWithData) x.values = factor.values.col(0).asDiagonal() * x.values;
     emit_compute(x, "scale_rows");
   }
   // x = diag(1 / denominator) x; a zero denominator (a fully masked row) gives a zero row.
   FLASHLAB_HOT_INLINE void divide_rows(Tile& x, const Tile& denominator) {
     require_rows(x, denominator, "divide_rows");
-    counters_.other_flops += x.elements();
+    checked_accumulate(counters_.other_flops, x.elements(), "other_flops");
     if constexpr (kWithData) {
       for (int r = 0; r < x.row_count(); ++r) {
         const float d = denominator.values(r, 0);
@@ -483,7 +488,7 @@ class TileMemory {
   // y += alpha * x
   FLASHLAB_HOT_INLINE void add(Tile& y, const Tile& x, float alpha = 1.0f) {
     require_same_shape(y, x, "add");
-    counters_.other_flops += y.elements();
+    checked_accumulate(counters_.other_flops, y.elements(), "other_flops");
     if constexpr (kWithData) y.values += alpha * x.values;
     emit_compute(y, "add");
   }
@@ -491,8 +496,8 @@ class TileMemory {
   FLASHLAB_HOT_INLINE Tile log_sum_exp(TensorId id, const Tile& m, const Tile& l) {
     require_same_shape(m, l, "log_sum_exp");
     Tile lse(&arena_, id, tile_dtype(id), m.rows(), m.cols());
-    counters_.exponentials += m.elements();
-    counters_.other_flops += m.elements();
+    checked_accumulate(counters_.exponentials, m.elements(), "exponentials");
+    checked_accumulate(counters_.other_flops, m.elements(), "other_flops");
     if constexpr (kWithData) {
       lse.values = m.values.binaryExpr(l.values, [](float max, float sum) { return sum == 0.0f ? kNegInf : max + std::log(sum); });
     }
@@ -504,7 +509,7 @@ class TileMemory {
     require_same_shape(p, dp, "softmax_backward");
     require_rows(p, d, "softmax_backward");
     Tile ds(&arena_, id, tile_dtype(id), p.rows(), p.cols());
-    counters_.other_flops += 2 * p.elements();
+    checked_accumulate(counters_.other_flops, checked_mul(2, p.elements(), "other_flops of a tile"), "other_flops");
     if constexpr (kWithData) ds.values = p.values.cwiseProduct((dp.values.colwise() - d.values.col(0)));
     emit_compute(ds, "softmax_backward");
     return ds;
@@ -550,11 +555,15 @@ class TileMemory {
   }
   FLASHLAB_HOT_INLINE void count_hbm(const HbmMatrix& tensor, std::int64_t elements, bool write) {
     TensorTraffic& traffic = counters_.tensor[static_cast<int>(tensor.id)];
-    const std::int64_t bytes = elements * element_bytes(tensor.dtype);
+    const std::int64_t bytes = checked_mul(elements, element_bytes(tensor.dtype), "HBM bytes of a tile");
     if (write) {
-      traffic.hbm_write_elements += elements, traffic.hbm_write_bytes += bytes, ++counters_.stores;
+      checked_accumulate(traffic.hbm_write_elements, elements, "hbm_write_elements");
+      checked_accumulate(traffic.hbm_write_bytes, bytes, "hbm_write_bytes");
+      checked_accumulate(counters_.stores, 1, "stores");
     } else {
-      traffic.hbm_read_elements += elements, traffic.hbm_read_bytes += bytes, ++counters_.loads;
+      checked_accumulate(traffic.hbm_read_elements, elements, "hbm_read_elements");
+      checked_accumulate(traffic.hbm_read_bytes, bytes, "hbm_read_bytes");
+      checked_accumulate(counters_.loads, 1, "loads");
     }
   }
   FLASHLAB_HOT_INLINE static void check_window(const HbmMatrix& tensor, Range rows, Range cols, const char* what) {
@@ -611,7 +620,7 @@ class TileMemory {
     event.rows = rows;
     event.cols = cols;
     event.sram_bytes = arena_.in_use_bytes();
-    event.bytes = static_cast<std::int64_t>(rows.size) * cols.size * element_bytes(destination.dtype);
+    event.bytes = checked_product("bytes of a stored tile", rows.size, cols.size, element_bytes(destination.dtype));
     arena_.sink->record(event);
   }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "algorithms/checked_math.hpp"
 #include "kernels/common/attention_params.hpp"
 #include "kernels/common/constants.hpp"
 
@@ -46,9 +47,10 @@ DeviceTensor flash_layout(void* data, const Problem& problem, int heads, int dim
   DeviceTensor tensor;
   tensor.data = data;
   tensor.head_stride = dim;
-  tensor.row_stride = static_cast<std::int64_t>(heads) * dim;
+  tensor.row_stride = checked_mul(heads, dim, "flash layout: row stride (heads x dim)");
   const int seqlen = is_query_side ? problem.seqlen_q : problem.seqlen_k;
-  tensor.batch_stride = problem.varlen() ? 0 : static_cast<std::int64_t>(seqlen) * heads * dim;
+  tensor.batch_stride =
+      problem.varlen() ? 0 : checked_product("flash layout: batch stride (seqlen x heads x dim)", seqlen, heads, dim);
   return tensor;
 }
 

@@ -5,34 +5,43 @@
 #include <stdexcept>
 #include <string>
 
+#include "algorithms/checked_math.hpp"
+#include "algorithms/limits.hpp"
 #include "algorithms/run_backward.hpp"
 
 namespace flashlab::sim {
 
 namespace {
 
+// Every count and size below is a product of dimensions: formed in checked arithmetic, so a
+// problem whose counts leave int64 is refused (SizeOverflow), never wrapped.
+using Count = CheckedInt64;
+
 constexpr std::int64_t kStatBytes = 4;  // m, l, LSE, D are fp32
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+Count ceil_div(Count a, Count b) { return (a + b - 1) / b; }
 
-void add_read(Counters& c, TensorId id, std::int64_t elements, std::int64_t element_size, std::int64_t transfers) {
+// counter += amount, checked like every product here.
+void add(std::int64_t& counter, Count amount) { counter = (Count(counter) + amount).value(); }
+
+void add_read(Counters& c, TensorId id, Count elements, Count element_size, Count transfers) {
   TensorTraffic& t = c.tensor[static_cast<int>(id)];
-  t.hbm_read_elements += elements;
-  t.hbm_read_bytes += elements * element_size;
-  c.loads += transfers;
+  add(t.hbm_read_elements, elements);
+  add(t.hbm_read_bytes, elements * element_size);
+  add(c.loads, transfers);
 }
-void add_write(Counters& c, TensorId id, std::int64_t elements, std::int64_t element_size, std::int64_t transfers) {
+void add_write(Counters& c, TensorId id, Count elements, Count element_size, Count transfers) {
   TensorTraffic& t = c.tensor[static_cast<int>(id)];
-  t.hbm_write_elements += elements;
-  t.hbm_write_bytes += elements * element_size;
-  c.stores += transfers;
+  add(t.hbm_write_elements, elements);
+  add(t.hbm_write_bytes, elements * element_size);
+  add(c.stores, transfers);
 }
 
 // One head of one sequence, in the papers' letters, with the block-level view of the mask
 // (written here from the mask's definition, independently of HeadProblem::coverage).
 struct Head {
-  std::int64_t nq, nk, d, dv, e;  // e: element bytes of the dtype
-  std::int64_t grad_kv_bytes;     // element bytes of the dK, dV a backward head writes (fp32 in a GQA group)
+  Count nq, nk, d, dv, e;  // e: element bytes of the dtype
+  Count grad_kv_bytes;     // element bytes of the dK, dV a backward head writes (fp32 in a GQA group)
   Mask mask;
   const BlockSparsity* sparsity = nullptr;
 
@@ -45,26 +54,26 @@ struct Head {
   // i + offset - window_left <= j <= i + offset + right (right = 0 when causal); both bounds
   // grow with i, so the block is visible iff some i in [r0, r1) satisfies both: an interval
   // test. A block sparsity pattern must also keep one of the sparsity blocks the tile overlaps.
-  bool visible(std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) const {
-    const std::int64_t offset = mask.alignment == CausalAlignment::bottom_right ? nk - nq : 0;
-    std::int64_t low = r0, high = r1 - 1;
+  bool visible(Count r0, Count r1, Count c0, Count c1) const {
+    const Count offset = mask.alignment == CausalAlignment::bottom_right ? nk - nq : 0;
+    Count low = r0, high = r1 - 1;
     const bool right_bounded = mask.causal || mask.window_right >= 0;
-    const std::int64_t right = mask.effective_window_right();
+    const Count right = mask.effective_window_right();
     if (right_bounded) low = std::max(low, c0 - offset - right);                             // i + offset + right >= c0
     if (mask.window_left >= 0) high = std::min(high, c1 - 1 - offset + mask.window_left);  // i + offset - left <= c1 - 1
     if (low > high) return false;
     if (sparsity == nullptr) return true;
-    for (std::int64_t r = r0 / sparsity->block_rows; r <= (r1 - 1) / sparsity->block_rows; ++r)
-      for (std::int64_t c = c0 / sparsity->block_cols; c <= (c1 - 1) / sparsity->block_cols; ++c)
-        if (sparsity->kept(static_cast<int>(r), static_cast<int>(c))) return true;
+    for (Count r = r0 / sparsity->block_rows; r <= (r1 - 1) / sparsity->block_rows; r += 1)
+      for (Count c = c0 / sparsity->block_cols; c <= (c1 - 1) / sparsity->block_cols; c += 1)
+        if (sparsity->kept(static_cast<int>(r.value()), static_cast<int>(c.value()))) return true;
     return false;
   }
 };
 
 // Calls f(begin, size) for each block of `block` rows of a length (the last one shorter).
 template <class F>
-void for_blocks(std::int64_t length, std::int64_t block, F f) {
-  for (std::int64_t begin = 0; begin < length; begin += block) f(begin, std::min(block, length - begin));
+void for_blocks(Count length, Count block, F f) {
+  for (Count begin = 0; begin < length; begin += block) f(begin, std::min(block, length - begin));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -73,9 +82,9 @@ void for_blocks(std::int64_t length, std::int64_t block, F f) {
 // and read once; O and LSE written once. Nothing is skipped.
 Counters standard_head(const Head& h, const BlockSizes& b) {
   Counters c;
-  for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+  for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
     add_read(c, TensorId::Q, rows * h.d, h.e, 1);  // line 1
-    for_blocks(h.nk, b.block_cols, [&](std::int64_t, std::int64_t cols) {
+    for_blocks(h.nk, b.block_cols, [&](Count, Count cols) {
       add_read(c, TensorId::K, cols * h.d, h.e, 1);
       add_write(c, TensorId::S, rows * cols, h.e, 1);
       add_read(c, TensorId::P, rows * cols, h.e, 1);  // line 3
@@ -85,9 +94,9 @@ Counters standard_head(const Head& h, const BlockSizes& b) {
     add_write(c, TensorId::P, rows * h.nk, h.e, 1);
     add_write(c, TensorId::LSE, rows, kStatBytes, 1);
     add_write(c, TensorId::O, rows * h.dv, h.e, 1);  // line 3
-    c.exponentials += rows * h.nk + rows;
+    add(c.exponentials, rows * h.nk + rows);
   });
-  c.matmul_flops = 2 * h.nq * h.nk * (h.d + h.dv);
+  c.matmul_flops = (2 * h.nq * h.nk * (h.d + h.dv)).value();
   return c;
 }
 
@@ -98,10 +107,10 @@ Counters standard_head(const Head& h, const BlockSizes& b) {
 // are read once. block_sparse (FA1 Algorithm 5) is the same over the kept blocks only.
 Counters fa1_head(const Head& h, const BlockSizes& b, bool skip_empty) {
   Counters c;
-  const std::int64_t Br = b.block_rows, Bc = b.block_cols;
-  for_blocks(h.nq, Br, [&](std::int64_t r0, std::int64_t rows) {
-    std::int64_t last = -1;  // the last visited key block of this query block (-1: none)
-    for_blocks(h.nk, Bc, [&](std::int64_t c0, std::int64_t cols) {
+  const Count Br = b.block_rows, Bc = b.block_cols;
+  for_blocks(h.nq, Br, [&](Count r0, Count rows) {
+    Count last = -1;  // the last visited key block of this query block (-1: none)
+    for_blocks(h.nk, Bc, [&](Count c0, Count cols) {
       if (!skip_empty || h.visible(r0, r0 + rows, c0, c0 + cols)) last = c0;
     });
     if (last < 0) {  // block-sparse only: the final O = 0, LSE = -inf written at line 3
@@ -112,27 +121,27 @@ Counters fa1_head(const Head& h, const BlockSizes& b, bool skip_empty) {
     add_write(c, TensorId::O, rows * h.dv, kStatBytes, 1);  // line 2: O, l, m initialised in HBM
     add_write(c, TensorId::l, rows, kStatBytes, 1);
     add_write(c, TensorId::m, rows, kStatBytes, 1);
-    for_blocks(h.nk, Bc, [&](std::int64_t c0, std::int64_t cols) {
+    for_blocks(h.nk, Bc, [&](Count c0, Count cols) {
       if (skip_empty && !h.visible(r0, r0 + rows, c0, c0 + cols)) return;
       add_read(c, TensorId::Q, rows * h.d, h.e, 1);  // line 8
       add_read(c, TensorId::O, rows * h.dv, kStatBytes, 1);
       add_read(c, TensorId::l, rows, kStatBytes, 1);
       add_read(c, TensorId::m, rows, kStatBytes, 1);
-      c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
-      c.exponentials += rows * cols + 2 * rows;  // P~, e^{m_i - m_new}, e^{m~ - m_new}
+      add(c.matmul_flops, 2 * rows * cols * (h.d + h.dv));
+      add(c.exponentials, rows * cols + 2 * rows);  // P~, e^{m_i - m_new}, e^{m~ - m_new}
       add_write(c, TensorId::O, rows * h.dv, c0 == last ? h.e : kStatBytes, 1);  // line 12
       add_write(c, TensorId::l, rows, kStatBytes, 1);                            // line 13
       add_write(c, TensorId::m, rows, kStatBytes, 1);
       if (c0 == last) {
         add_write(c, TensorId::LSE, rows, kStatBytes, 1);
-        c.exponentials += rows;
+        add(c.exponentials, rows);
       }
     });
   });
-  for_blocks(h.nk, Bc, [&](std::int64_t c0, std::int64_t cols) {  // line 6: K_j, V_j once (when needed)
+  for_blocks(h.nk, Bc, [&](Count c0, Count cols) {  // line 6: K_j, V_j once (when needed)
     bool needed = !skip_empty;
     if (!needed) {
-      for_blocks(h.nq, Br, [&](std::int64_t r0, std::int64_t rows) { needed = needed || h.visible(r0, r0 + rows, c0, c0 + cols); });
+      for_blocks(h.nq, Br, [&](Count r0, Count rows) { needed = needed || h.visible(r0, r0 + rows, c0, c0 + cols); });
     }
     if (!needed) return;
     add_read(c, TensorId::K, cols * h.d, h.e, 1);
@@ -146,16 +155,16 @@ Counters fa1_head(const Head& h, const BlockSizes& b, bool skip_empty) {
 // are read Tr times in full.
 Counters fa2_head(const Head& h, const BlockSizes& b) {
   Counters c;
-  for_blocks(h.nq, b.block_rows, [&](std::int64_t r0, std::int64_t rows) {
+  for_blocks(h.nq, b.block_rows, [&](Count r0, Count rows) {
     add_read(c, TensorId::Q, rows * h.d, h.e, 1);
-    for_blocks(h.nk, b.block_cols, [&](std::int64_t c0, std::int64_t cols) {
+    for_blocks(h.nk, b.block_cols, [&](Count c0, Count cols) {
       if (!h.visible(r0, r0 + rows, c0, c0 + cols)) return;  // skipped, not masked
       add_read(c, TensorId::K, cols * h.d, h.e, 1);
       add_read(c, TensorId::V, cols * h.dv, h.e, 1);
-      c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
-      c.exponentials += rows * cols + rows;  // P = exp(S - m), rescale exp(m_old - m_new)
+      add(c.matmul_flops, 2 * rows * cols * (h.d + h.dv));
+      add(c.exponentials, rows * cols + rows);  // P = exp(S - m), rescale exp(m_old - m_new)
     });
-    c.exponentials += rows;  // log(l) for LSE
+    add(c.exponentials, rows);  // log(l) for LSE
     add_write(c, TensorId::O, rows * h.dv, h.e, 1);
     add_write(c, TensorId::LSE, rows, kStatBytes, 1);
   });
@@ -163,8 +172,8 @@ Counters fa2_head(const Head& h, const BlockSizes& b) {
 }
 
 // dQ accumulated in fp32 (in place when the dtype is fp32): zeroed first, converted at the end.
-void dq_initialise_and_convert(Counters& c, const Head& h, std::int64_t Br) {
-  for_blocks(h.nq, Br, [&](std::int64_t, std::int64_t rows) {
+void dq_initialise_and_convert(Counters& c, const Head& h, Count Br) {
+  for_blocks(h.nq, Br, [&](Count, Count rows) {
     add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
     if (h.e != kStatBytes) {
       add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
@@ -179,12 +188,12 @@ void dq_initialise_and_convert(Counters& c, const Head& h, std::int64_t Br) {
 Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
   Counters c;
   dq_initialise_and_convert(c, h, b.block_rows);
-  for_blocks(h.nk, b.block_cols, [&](std::int64_t, std::int64_t cols) {
+  for_blocks(h.nk, b.block_cols, [&](Count, Count cols) {
     add_write(c, TensorId::dK, 2 * cols * h.d, h.grad_kv_bytes, 2);
     add_write(c, TensorId::dV, 2 * cols * h.dv, h.grad_kv_bytes, 2);
     add_read(c, TensorId::K, cols * h.d, h.e, 1);
     add_read(c, TensorId::V, cols * h.dv, h.e, 1);
-    for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+    for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
       add_read(c, TensorId::Q, rows * h.d, h.e, 1);
       add_read(c, TensorId::O, rows * h.dv, h.e, 1);
       add_read(c, TensorId::dO, rows * h.dv, h.e, 1);
@@ -192,8 +201,8 @@ Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
       add_read(c, TensorId::l, rows, kStatBytes, 1);
       add_read(c, TensorId::m, rows, kStatBytes, 1);
       add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
-      c.matmul_flops += 2 * rows * cols * (3 * h.d + 2 * h.dv);
-      c.exponentials += rows * cols;
+      add(c.matmul_flops, 2 * rows * cols * (3 * h.d + 2 * h.dv));
+      add(c.exponentials, rows * cols);
     });
   });
   return c;
@@ -206,16 +215,16 @@ Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
 Counters fa2_backward_head(const Head& h, const BlockSizes& b) {
   Counters c;
   dq_initialise_and_convert(c, h, b.block_rows);
-  for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+  for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
     add_read(c, TensorId::dO, rows * h.dv, h.e, 1);
     add_read(c, TensorId::O, rows * h.dv, h.e, 1);
     add_write(c, TensorId::D, rows, kStatBytes, 1);
   });
-  for_blocks(h.nk, b.block_cols, [&](std::int64_t c0, std::int64_t cols) {
+  for_blocks(h.nk, b.block_cols, [&](Count c0, Count cols) {
     add_write(c, TensorId::dK, cols * h.d, h.grad_kv_bytes, 1);
     add_write(c, TensorId::dV, cols * h.dv, h.grad_kv_bytes, 1);
     bool any = false;
-    for_blocks(h.nq, b.block_rows, [&](std::int64_t r0, std::int64_t rows) {
+    for_blocks(h.nq, b.block_rows, [&](Count r0, Count rows) {
       if (!h.visible(r0, r0 + rows, c0, c0 + cols)) return;
       any = true;
       add_read(c, TensorId::Q, rows * h.d, h.e, 1);
@@ -224,8 +233,8 @@ Counters fa2_backward_head(const Head& h, const BlockSizes& b) {
       add_read(c, TensorId::D, rows, kStatBytes, 1);
       add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
       add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
-      c.matmul_flops += 2 * rows * cols * (3 * h.d + 2 * h.dv);
-      c.exponentials += rows * cols;
+      add(c.matmul_flops, 2 * rows * cols * (3 * h.d + 2 * h.dv));
+      add(c.exponentials, rows * cols);
     });
     if (any) {
       add_read(c, TensorId::K, cols * h.d, h.e, 1);
@@ -241,8 +250,8 @@ Counters fa2_backward_head(const Head& h, const BlockSizes& b) {
 // query block, Q once per key block.
 Counters standard_backward_head(const Head& h, const BlockSizes& b) {
   Counters c;
-  const std::int64_t Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
-  const std::int64_t nn = h.nq * h.nk;
+  const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
+  const Count nn = h.nq * h.nk;
   add_read(c, TensorId::P, nn, h.e, Tr * Tc);  // line 1
   add_read(c, TensorId::dO, Tc * h.nq * h.dv, h.e, Tr * Tc);
   add_write(c, TensorId::dV, h.nk * h.dv, h.grad_kv_bytes, Tc);
@@ -257,7 +266,7 @@ Counters standard_backward_head(const Head& h, const BlockSizes& b) {
   add_write(c, TensorId::dQ, h.nq * h.d, h.e, Tr);
   add_read(c, TensorId::Q, Tc * h.nq * h.d, h.e, Tr * Tc);
   add_write(c, TensorId::dK, h.nk * h.d, h.grad_kv_bytes, Tc);
-  c.matmul_flops = 2 * nn * (2 * h.d + 2 * h.dv);
+  c.matmul_flops = (2 * nn * (2 * h.d + 2 * h.dv)).value();
   return c;
 }
 
@@ -267,21 +276,21 @@ Counters standard_backward_head(const Head& h, const BlockSizes& b) {
 // O and LSE.
 Counters split_kv_head(const Head& h, const BlockSizes& b) {
   Counters c;
-  const std::int64_t splits = b.num_splits > 0 ? b.num_splits : 4;
-  const std::int64_t length = ceil_div(h.nk, splits), chunks = ceil_div(h.nk, length);
-  for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const std::int64_t begin = chunk * length, end = std::min(h.nk, begin + length);
-    for_blocks(h.nq, b.block_rows, [&](std::int64_t r0, std::int64_t rows) {
+  const Count splits = b.num_splits > 0 ? b.num_splits : 4;
+  const Count length = ceil_div(h.nk, splits), chunks = ceil_div(h.nk, length);
+  for (Count chunk = 0; chunk < chunks; chunk += 1) {
+    const Count begin = chunk * length, end = std::min(h.nk, begin + length);
+    for_blocks(h.nq, b.block_rows, [&](Count r0, Count rows) {
       add_read(c, TensorId::Q, rows * h.d, h.e, 1);
-      for (std::int64_t c0 = begin; c0 < end; c0 += b.block_cols) {
-        const std::int64_t cols = std::min<std::int64_t>(b.block_cols, end - c0);
+      for (Count c0 = begin; c0 < end; c0 += b.block_cols) {
+        const Count cols = std::min<Count>(b.block_cols, end - c0);
         if (!h.visible(r0, r0 + rows, c0, c0 + cols)) continue;
         add_read(c, TensorId::K, cols * h.d, h.e, 1);
         add_read(c, TensorId::V, cols * h.dv, h.e, 1);
-        c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
-        c.exponentials += rows * cols + rows;
+        add(c.matmul_flops, 2 * rows * cols * (h.d + h.dv));
+        add(c.exponentials, rows * cols + rows);
       }
-      c.exponentials += rows;
+      add(c.exponentials, rows);
       add_write(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
       add_write(c, TensorId::LSE_partial, rows, kStatBytes, 1);
     });
@@ -290,8 +299,8 @@ Counters split_kv_head(const Head& h, const BlockSizes& b) {
   add_read(c, TensorId::O_partial, h.nq * chunks * h.dv, kStatBytes, h.nq);
   add_write(c, TensorId::O, h.nq * h.dv, h.e, h.nq);
   add_write(c, TensorId::LSE, h.nq, kStatBytes, h.nq);
-  c.matmul_flops += 2 * h.nq * chunks * h.dv;
-  c.exponentials += h.nq * (chunks + 2);
+  add(c.matmul_flops, 2 * h.nq * chunks * h.dv);
+  add(c.exponentials, h.nq * (chunks + 2));
   return c;
 }
 
@@ -300,9 +309,9 @@ Counters split_kv_head(const Head& h, const BlockSizes& b) {
 // m twice and l and values once. Nothing is skipped.
 Counters memory_efficient_head(const Head& h, const BlockSizes& b) {
   Counters c;
-  for_blocks(h.nq, b.block_rows, [&](std::int64_t, std::int64_t rows) {
+  for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
     add_read(c, TensorId::Q, rows * h.d, h.e, 1);
-    for_blocks(h.nk, b.block_cols, [&](std::int64_t, std::int64_t cols) {
+    for_blocks(h.nk, b.block_cols, [&](Count, Count cols) {
       add_read(c, TensorId::K, cols * h.d, h.e, 1);
       add_read(c, TensorId::V, cols * h.dv, h.e, 1);
       add_write(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
@@ -311,10 +320,10 @@ Counters memory_efficient_head(const Head& h, const BlockSizes& b) {
       add_read(c, TensorId::m, 2 * rows, kStatBytes, 2);
       add_read(c, TensorId::l, rows, kStatBytes, 1);
       add_read(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
-      c.matmul_flops += 2 * rows * cols * (h.d + h.dv);
-      c.exponentials += rows * cols + rows;
+      add(c.matmul_flops, 2 * rows * cols * (h.d + h.dv));
+      add(c.exponentials, rows * cols + rows);
     });
-    c.exponentials += rows;
+    add(c.exponentials, rows);
     add_write(c, TensorId::O, rows * h.dv, h.e, 1);
     add_write(c, TensorId::LSE, rows, kStatBytes, 1);
   });
@@ -327,8 +336,8 @@ Counters memory_efficient_head(const Head& h, const BlockSizes& b) {
 // V_{j,c} read (A read ceil(dv / B) times, V Tq times), l_i read, O_ic written.
 Counters square_tiling_head(const Head& h, const BlockSizes& b) {
   Counters c;
-  const std::int64_t B = b.block_rows;
-  const std::int64_t Tq = ceil_div(h.nq, B), Tk = ceil_div(h.nk, B), Td = ceil_div(h.d, B), Tv = ceil_div(h.dv, B);
+  const Count B = b.block_rows;
+  const Count Tq = ceil_div(h.nq, B), Tk = ceil_div(h.nk, B), Td = ceil_div(h.d, B), Tv = ceil_div(h.dv, B);
   add_read(c, TensorId::Q, Tk * h.nq * h.d, h.e, Tq * Tk * Td);
   add_read(c, TensorId::K, Tq * h.nk * h.d, h.e, Tq * Tk * Td);
   add_write(c, TensorId::A, h.nq * h.nk, h.e, Tq * Tk);
@@ -338,18 +347,18 @@ Counters square_tiling_head(const Head& h, const BlockSizes& b) {
   add_read(c, TensorId::V, Tq * h.nk * h.dv, h.e, Tq * Tv * Tk);
   add_read(c, TensorId::l, Tv * h.nq, kStatBytes, Tq * Tv);
   add_write(c, TensorId::O, h.nq * h.dv, h.e, Tq * Tv);
-  c.matmul_flops = 2 * h.nq * h.nk * (h.d + h.dv);
-  c.exponentials = h.nq * h.nk + h.nq;
+  c.matmul_flops = (2 * h.nq * h.nk * (h.d + h.dv)).value();
+  c.exponentials = (h.nq * h.nk + h.nq).value();
   return c;
 }
 
 // The GQA/MQA reduction of one backward group (run_backward.hpp): g fp32 parts of dK and dV
 // read, their sum written in the problem's dtype, by blocks of rows that fit the SRAM.
-Counters group_reduction(const Head& h, std::int64_t group, std::int64_t sram_bytes) {
+Counters group_reduction(const Head& h, Count group, Count sram_bytes) {
   Counters c;
-  const auto reduce = [&](TensorId id, std::int64_t dim) {
-    const std::int64_t block = group_reduction_block_rows(sram_bytes, static_cast<int>(dim));
-    const std::int64_t blocks = ceil_div(h.nk, block);
+  const auto reduce = [&](TensorId id, Count dim) {
+    const Count block = group_reduction_block_rows(sram_bytes.value(), static_cast<int>(dim.value()));
+    const Count blocks = ceil_div(h.nk, block);
     add_read(c, id, group * h.nk * dim, kStatBytes, group * blocks);
     add_write(c, id, h.nk * dim, h.e, blocks);
   };
@@ -375,9 +384,9 @@ Counters closed_form_head(std::string_view schedule, const Head& h, const BlockS
 // ---------------------------------------------------------------------------------------------
 // Working sets: every tile a schedule holds at its peak with full blocks r x c (r = min(Br, Nq),
 // c = min(Bc, Nk)); statistics fp32.
-std::int64_t working_set(std::string_view schedule, const Problem& p, const BlockSizes& b) {
-  const std::int64_t r = std::min<std::int64_t>(b.block_rows, p.seqlen_q), c = std::min<std::int64_t>(b.block_cols, p.seqlen_k);
-  const std::int64_t nk = p.seqlen_k, d = p.head_dim, dv = p.value_dim(), e = element_bytes(p.dtype), f = kStatBytes;
+Count working_set(std::string_view schedule, const Problem& p, const BlockSizes& b) {
+  const Count r = std::min<Count>(b.block_rows, p.seqlen_q), c = std::min<Count>(b.block_cols, p.seqlen_k);
+  const Count nk = p.seqlen_k, d = p.head_dim, dv = p.value_dim(), e = element_bytes(p.dtype), f = kStatBytes;
   if (schedule == "standard") {
     return std::max({e * (r * d + c * d + r * c),      // line 1: Q_i, K_j, S_ij
                      2 * e * r * nk + 3 * f * r,       // line 2: whole rows of S and P; m, l, LSE
@@ -390,10 +399,10 @@ std::int64_t working_set(std::string_view schedule, const Problem& p, const Bloc
   }
   if (schedule == "fa2" || schedule == "split_kv") {
     // Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l, m_new, rescale, rowsum(P) (FA2 Algorithm 1, lines 4-10).
-    std::int64_t bytes = e * (r * d + r * dv + c * d + c * dv + 2 * r * c) + 5 * f * r;
+    Count bytes = e * (r * d + r * dv + c * d + c * dv + 2 * r * c) + 5 * f * r;
     if (schedule == "split_kv") {  // phase 2, one row: chunk LSEs, partial outputs (fp32), P, O, statistics
-      const std::int64_t splits = b.num_splits > 0 ? b.num_splits : 4;
-      const std::int64_t chunks = ceil_div(nk, ceil_div(nk, splits));
+      const Count splits = b.num_splits > 0 ? b.num_splits : 4;
+      const Count chunks = ceil_div(nk, ceil_div(nk, splits));
       bytes = std::max(bytes, f * chunks * (1 + dv) + e * (dv + chunks) + 5 * f);
     }
     return bytes;
@@ -419,13 +428,47 @@ std::int64_t working_set(std::string_view schedule, const Problem& p, const Bloc
                     e * (r * d + r * dv) + f * r * dv + 5 * f * r);
   }
   if (schedule == "square_tiling") {  // square tiles: B rows, B keys, B-wide slices of d and dv
-    const std::int64_t t = std::min<std::int64_t>(b.block_rows, d), w = std::min<std::int64_t>(b.block_rows, dv);
-    const std::int64_t c = std::min<std::int64_t>(b.block_rows, nk);
+    const Count t = std::min<Count>(b.block_rows, d), w = std::min<Count>(b.block_rows, dv);
+    const Count c = std::min<Count>(b.block_rows, nk);
     return std::max({e * (r * c + r * t + c * t) + 2 * f * r,  // S_ij, Q_{i,t}, K_{j,t}; l, zeros
                      2 * e * r * c + 3 * f * r,                // S_ij, A_ij; l, zeros, rowsum(A)
                      e * (r * w + r * c + c * w)});            // O_ic, A_ij, V_{j,c}
   }
   throw std::invalid_argument("schedule '" + std::string(schedule) + "' is unknown; allowed: " + schedule_names());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cost model of one head (the run limits): tile steps of a shape-only run and the HBM
+// scratch a data run allocates, both upper bounds, from the same loops as the counts above.
+Count tile_steps(std::string_view schedule, const Head& h, const BlockSizes& b) {
+  if (schedule == "square_tiling") {  // every (i, j) tile once per slice of d and of dv
+    const Count B = b.block_rows;
+    return ceil_div(h.nq, B) * ceil_div(h.nk, B) * (ceil_div(h.d, B) + ceil_div(h.dv, B));
+  }
+  const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
+  Count steps = (Tr + 1) * (Tc + 1);  // the block pairs, and the passes over rows or keys alone
+  if (schedule == "split_kv") {       // chunks split key blocks; phase 2 goes row by row
+    const Count splits = b.num_splits > 0 ? b.num_splits : 4;
+    const Count chunks = ceil_div(h.nk, ceil_div(h.nk, splits));
+    steps = Tr * (Tc + chunks) + h.nq * chunks;
+  }
+  return steps;
+}
+
+// HBM tensors a schedule allocates beyond its inputs and outputs, in elements (host fp32).
+Count scratch_elements(std::string_view schedule, const Head& h, const BlockSizes& b) {
+  const Count scores = h.nq * h.nk;
+  if (schedule == "standard") return 2 * scores;                                    // S, P
+  if (schedule == "standard_backward") return 4 * scores;                           // P, S, dP, dS
+  if (schedule == "square_tiling") return scores;                                   // A
+  if (schedule == "fa1" || schedule == "block_sparse") return h.nq * (h.dv + 2);    // O, l, m
+  if (schedule == "fa1_backward") return h.nq * (h.d + h.dv + 4);                   // dQ; O, l, m
+  if (schedule == "fa2_backward") return h.nq * (h.d + 1);                          // dQ; D
+  if (schedule == "split_kv" || schedule == "memory_efficient") {                   // per-chunk summaries
+    const Count chunks = schedule == "split_kv" ? Count(b.num_splits > 0 ? b.num_splits : 4) : ceil_div(h.nk, b.block_cols);
+    return h.nq * chunks * (h.dv + 2);
+  }
+  return 0;
 }
 
 // The largest tile side b in [1, cap] whose working set fits in M; make(b) builds the blocks.
@@ -434,7 +477,7 @@ BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int
   auto fits = [&](std::int64_t b) { return working_set(schedule, p, make(b)) <= sram_bytes; };
   if (!fits(1)) {
     throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B is below the smallest working set of '" +
-                                std::string(schedule) + "' (" + std::to_string(working_set(schedule, p, make(1))) +
+                                std::string(schedule) + "' (" + std::to_string(working_set(schedule, p, make(1)).value()) +
                                 " B with 1-row blocks); allowed: M >= that");
   }
   std::int64_t low = 1, high = std::max<std::int64_t>(1, cap);
@@ -452,17 +495,30 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
   find_schedule(schedule);
   const bool backward = find_schedule(schedule).pass == Pass::backward;
   const std::int64_t group = problem.group_size();
+  // Every sequence of a dense batch counts the same: one stands for all, so the cost does not
+  // grow with the batch.
+  const int sequences = problem.varlen() ? problem.batch : 1;
+  const std::int64_t copies = problem.varlen() ? 1 : problem.batch;
   Counters total;
-  for (int b = 0; b < problem.batch; ++b) {
+  for (int b = 0; b < sequences; ++b) {
     const Head head(problem, b, backward && group > 1);
-    total += scaled(closed_form_head(schedule, head, blocks), problem.heads_q);
-    if (backward && group > 1) total += scaled(group_reduction(head, group, sram_bytes), problem.heads_kv);
+    Counters sequence = scaled(closed_form_head(schedule, head, blocks), problem.heads_q);
+    if (backward && group > 1) sequence += scaled(group_reduction(head, group, sram_bytes), problem.heads_kv);
+    total += scaled(sequence, copies);
   }
   return total;
 }
 
+std::int64_t tile_steps(std::string_view schedule, const Problem& problem, int batch_index, const BlockSizes& blocks) {
+  return tile_steps(schedule, Head(problem, batch_index, false), blocks).value();
+}
+
+std::int64_t scratch_elements(std::string_view schedule, const Problem& problem, int batch_index, const BlockSizes& blocks) {
+  return scratch_elements(schedule, Head(problem, batch_index, false), blocks).value();
+}
+
 std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem, const BlockSizes& blocks) {
-  return working_set(schedule, problem, blocks);
+  return working_set(schedule, problem, blocks).value();
 }
 
 BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes) {
@@ -470,8 +526,8 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
   const std::int64_t m = sram_bytes / element_bytes(problem.dtype);  // M in elements
   const std::int64_t d = problem.head_dim;
-  const std::int64_t paper = ceil_div(std::max<std::int64_t>(m, 1), 4 * d);  // ceil(M / 4d)
-  const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, 1 << 30)); };
+  const std::int64_t paper = ceil_div(std::max<std::int64_t>(m, 1), 4 * d).value();  // ceil(M / 4d)
+  const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, kMaxSequenceLength)); };
   // FA1 Algorithm 1, line 1: Bc = ceil(M / 4d), Br = min(Bc, d) (K/V blocks outer: the backward
   // passes and block-sparse use it too).
   const auto fa1_shape = [&](std::int64_t b) { return BlockSizes{narrow(std::min(b, d)), narrow(b)}; };

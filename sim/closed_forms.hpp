@@ -31,6 +31,14 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
 // (a masked problem never needs more).
 std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem, const BlockSizes& blocks);
 
+// The cost model of one head of sequence batch_index, for the run limits (algorithms/limits.hpp),
+// upper bounds: the tile steps a shape-only run takes ((query block, key block) pairs and the
+// passes over rows or keys; square tiling: per slice of d), and the HBM scratch (elements) a
+// data run allocates beyond the problem's tensors (S and P of standard attention, A of square
+// tiling, fp32 state and summaries of the others).
+std::int64_t tile_steps(std::string_view schedule, const Problem& problem, int batch_index, const BlockSizes& blocks);
+std::int64_t scratch_elements(std::string_view schedule, const Problem& problem, int batch_index, const BlockSizes& blocks);
+
 // Block sizes from M (bytes): the paper's rule (FA1: Bc = ceil(M / 4d), Br = min(Bc, d); FA2
 // swaps the roles of rows and columns; square tiling: B = floor(sqrt(M / 4)); M in elements),
 // shrunk until working_set_bytes fits in M. Throws std::invalid_argument when even the smallest

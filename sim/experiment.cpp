@@ -50,26 +50,37 @@ ExperimentResult run_experiment(const Machine& machine, std::ostream& out) {
   std::vector<std::int64_t> m_sweep;
   for (std::int64_t m = std::int64_t{kHeadDim} * kHeadDim; m <= std::int64_t{kSeqlenM} * kHeadDim; m *= 2) m_sweep.push_back(m * e);
 
-  auto add = [&](const std::string& schedule, const std::string& mask, int n, int d, std::int64_t m) {
-    result.points.push_back(count_point(result.grid, schedule, n, d, m, mask));
-  };
+  std::vector<PointSpec> specs;
   for (const Series& s : kSeries) {
-    for (int n : kSeqlensN) add(s.schedule, s.mask, n, kHeadDim, m_machine);
+    for (int n : kSeqlensN) specs.push_back({s.schedule, s.mask, n, kHeadDim, m_machine});
     if (s.in_m_sweep) {
       for (std::int64_t m : m_sweep) {
-        if (m != m_machine) add(s.schedule, s.mask, kSeqlenM, kHeadDim, m);
+        if (m != m_machine) specs.push_back({s.schedule, s.mask, kSeqlenM, kHeadDim, m});
       }
     }
     for (int d : kHeadDims) {
-      if (d != kHeadDim) add(s.schedule, s.mask, kSeqlenM, d, m_machine);
+      if (d != kHeadDim) specs.push_back({s.schedule, s.mask, kSeqlenM, d, m_machine});
     }
+  }
+  // Saha-Ye crossover: FA2 and square tiling (and FA1) from M = d^2 / 8 to 8 d^2 at N = 1024.
+  const std::int64_t d2 = std::int64_t{kHeadDim} * kHeadDim;
+  std::vector<PointSpec> crossover_specs;
+  for (std::int64_t m = d2 / 8; m <= 8 * d2; m *= 2) {
+    for (const char* schedule : {"fa2", "square_tiling", "fa1"}) {
+      crossover_specs.push_back({schedule, "none", kCrossoverSeqlen, kHeadDim, m * e});
+    }
+  }
+  // A machine's M can make the tiling degenerate (1 x 1 tiles): refused before any point runs.
+  require_points_within_limits(result.grid, specs);
+  require_points_within_limits(result.grid, crossover_specs);
+
+  for (const PointSpec& p : specs) {
+    result.points.push_back(count_point(result.grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask));
   }
   result.fits = fit_sweep(result.points);
 
-  // Saha-Ye crossover: FA2 and square tiling (and FA1) from M = d^2 / 8 to 8 d^2 at N = 1024.
   result.crossover_seqlen = kCrossoverSeqlen;
   result.crossover_head_dim = kHeadDim;
-  const std::int64_t d2 = std::int64_t{kHeadDim} * kHeadDim;
   double last_win = 0, first_loss = 0;
   for (std::int64_t m = d2 / 8; m <= 8 * d2; m *= 2) {
     CrossoverRow row;

@@ -7,11 +7,18 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "algorithms/checked_math.hpp"
+#include "algorithms/limits.hpp"
+#include "decimal.hpp"
+
 namespace flashlab::sim {
 
 std::int64_t hbm_elements(const Counters& c) {
   std::int64_t total = 0;
-  for (const TensorTraffic& t : c.tensor) total += t.hbm_read_elements + t.hbm_write_elements;
+  for (const TensorTraffic& t : c.tensor) {
+    checked_accumulate(total, t.hbm_read_elements, "hbm_elements");
+    checked_accumulate(total, t.hbm_write_elements, "hbm_elements");
+  }
   return total;
 }
 
@@ -78,7 +85,10 @@ std::string human_bytes(double bytes) {
   return text;
 }
 
-std::int64_t parse_bytes(const std::string& text) {
+std::int64_t parse_bytes(const std::string& text, const std::string& name) {
+  const std::string what = name.empty() ? "size" : name + ": size";
+  const std::string allowed = "a byte count in " + decimal_range(std::int64_t{0}, kMaxSramBytes) +
+                              " with an optional K or M suffix (228K = 233472 bytes)";
   std::size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
   std::string suffix = text.substr(digits);
@@ -87,10 +97,12 @@ std::int64_t parse_bytes(const std::string& text) {
   if (suffix.empty() || suffix == "B") scale = 1;
   if (suffix == "K" || suffix == "KB" || suffix == "KIB") scale = 1024;
   if (suffix == "M" || suffix == "MB" || suffix == "MIB") scale = 1024 * 1024;
-  if (digits == 0 || digits > 12 || scale == 0) {
-    throw std::invalid_argument("size '" + text + "' is not understood; allowed: a byte count with an optional K or M suffix (228K = 233472 bytes)");
+  if (digits == 0 || scale == 0) throw std::invalid_argument(what + " '" + text + "' is not understood; allowed: " + allowed);
+  const std::int64_t count = parse_decimal(std::string_view(text).substr(0, digits), what, 0, kMaxSramBytes);
+  if (count > kMaxSramBytes / scale) {
+    throw std::invalid_argument(what + " '" + text + "' is out of range; allowed: " + allowed);
   }
-  return std::stoll(text.substr(0, digits)) * scale;
+  return count * scale;
 }
 
 double fit_exponent(const std::vector<double>& x, const std::vector<double>& y) {

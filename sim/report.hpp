@@ -39,8 +39,9 @@ void print_counters(std::ostream& out, const Counters& counters);
 // "1.23 GB", "456 KB", "12 B" (decimal units, as the papers use).
 std::string human_bytes(double bytes);
 // "228K" -> 233472, "64KB" -> 65536, "1M" -> 1048576, "4096" -> 4096 (binary K and M, as SRAM
-// sizes are quoted). Throws std::invalid_argument naming the text.
-std::int64_t parse_bytes(const std::string& text);
+// sizes are quoted); decimal digits (sim/decimal.hpp), at most kMaxSramBytes. Throws
+// std::invalid_argument naming the text, `name` (the option it came from) and the range.
+std::int64_t parse_bytes(const std::string& text, const std::string& name = "");
 
 // The slope of log(y) against log(x) by least squares (needs >= 2 distinct x).
 double fit_exponent(const std::vector<double>& x, const std::vector<double>& y);

@@ -1,7 +1,9 @@
 #include "schedules.hpp"
 
+#include <limits>
 #include <map>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 
@@ -15,6 +17,8 @@
 #include "algorithms/09_block_sparse.hpp"
 #include "algorithms/10_memory_efficient.hpp"
 #include "algorithms/11_square_tiling.hpp"
+#include "algorithms/checked_math.hpp"
+#include "algorithms/limits.hpp"
 #include "algorithms/run_backward.hpp"
 #include "algorithms/run_schedule.hpp"
 #include "closed_forms.hpp"
@@ -158,16 +162,20 @@ void prepare_forward_outputs(const Problem& problem, AttentionTensors& tensors) 
 }
 
 BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, const RunOptions& options) {
-  if (options.sram_bytes < 0) {
-    throw std::invalid_argument("sram_bytes = " + std::to_string(options.sram_bytes) + "; allowed: >= 0 (0: unbounded)");
+  if (options.sram_bytes < 0 || options.sram_bytes > kMaxSramBytes) {
+    throw std::invalid_argument("sram_bytes = " + std::to_string(options.sram_bytes) + "; allowed: 0.." +
+                                std::to_string(kMaxSramBytes) + " (0: unbounded)");
   }
-  if (options.blocks.num_splits < 0) {
-    throw std::invalid_argument("num_splits = " + std::to_string(options.blocks.num_splits) + "; allowed: >= 1 (0: 4)");
+  if (options.blocks.num_splits < 0 || options.blocks.num_splits > kMaxSequenceLength) {
+    throw std::invalid_argument("num_splits = " + std::to_string(options.blocks.num_splits) + "; allowed: 1.." +
+                                std::to_string(kMaxSequenceLength) + " (0: 4)");
   }
   if (options.blocks.given()) {
-    if (options.blocks.block_rows < 1 || options.blocks.block_cols < 1) {
+    const auto in_range = [](int size) { return size >= 1 && size <= kMaxSequenceLength; };
+    if (!in_range(options.blocks.block_rows) || !in_range(options.blocks.block_cols)) {
       throw std::invalid_argument("block sizes " + std::to_string(options.blocks.block_rows) + " x " +
-                                  std::to_string(options.blocks.block_cols) + "; allowed: both >= 1");
+                                  std::to_string(options.blocks.block_cols) + "; allowed: both in 1.." +
+                                  std::to_string(kMaxSequenceLength));
     }
     return options.blocks;
   }
@@ -181,13 +189,136 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
 
 // The forward heads of a problem, or for backward passes the KV-head groups (run_backward.hpp:
 // with GQA/MQA each query head writes its dK, dV into an fp32 buffer and the group is summed in
-// head order). Data runs execute every unit; shape runs one unit per class of units that must
-// count the same (sequence lengths; ALiBi on or off per head), multiplied by the class size.
-struct UnitKey {
-  int seqlen_q, seqlen_k;
-  std::vector<bool> alibi;  // per query head of the unit
-  auto operator<=>(const UnitKey&) const = default;
+// head order): the units of a run. Data runs execute every unit; shape runs one unit per class
+// of units that must count the same (sequence lengths; ALiBi on or off per head), multiplied by
+// the class size. Classes are found from the sequences and the heads apart, so finding them
+// costs O(batch + heads), and a dense batch's sequences are all alike (O(heads)).
+struct UnitClass {
+  int b = 0, first_head = 0;  // the unit that is run
+  std::int64_t count = 0;     // the units it stands for
 };
+
+std::vector<UnitClass> unit_classes(const Problem& problem, int unit_heads) {
+  std::map<std::pair<int, int>, UnitClass> lengths;  // (seqlen_q, seqlen_k) -> its first sequence, count
+  const int sequences = problem.varlen() ? problem.batch : 1;
+  const std::int64_t copies = problem.varlen() ? 1 : problem.batch;
+  for (int b = 0; b < sequences; ++b) {
+    auto [it, inserted] = lengths.try_emplace({problem.seqlen_q_of(b), problem.seqlen_k_of(b)}, UnitClass{b, 0, 0});
+    it->second.count += copies;
+  }
+  std::map<std::vector<bool>, UnitClass> alibi;  // ALiBi on or off per head of a unit -> its first unit, count
+  for (int first = 0; first < problem.heads_q; first += unit_heads) {
+    std::vector<bool> pattern;
+    for (int h = first; h < first + unit_heads; ++h) {
+      pattern.push_back(!problem.alibi_slopes.empty() && problem.alibi_slopes[h] != 0.0f);
+    }
+    auto [it, inserted] = alibi.try_emplace(std::move(pattern), UnitClass{0, first, 0});
+    ++it->second.count;
+  }
+  std::vector<UnitClass> classes;
+  for (const auto& [key, sequence] : lengths) {
+    for (const auto& [pattern, unit] : alibi) {
+      classes.push_back({sequence.b, unit.first_head, checked_mul(sequence.count, unit.count, "units of a class")});
+    }
+  }
+  return classes;
+}
+
+std::string describe(const ScheduleInfo& info, const Problem& problem, MemoryKind memory) {
+  std::ostringstream text;
+  text << info.name << " (" << to_string(memory) << " run) on batch " << problem.batch << ", heads " << problem.heads_q << "/"
+       << problem.heads_kv << ", N " << problem.seqlen_q << " x " << problem.seqlen_k << ", d " << problem.head_dim << "/"
+       << problem.value_dim();
+  return text.str();
+}
+
+[[noreturn]] void refuse_cost(const ScheduleInfo& info, const Problem& problem, MemoryKind memory, const char* quantity,
+                              std::int64_t value, std::int64_t limit, const char* advice) {
+  const bool saturated = value == std::numeric_limits<std::int64_t>::max();
+  throw std::invalid_argument(describe(info, problem, memory) + ": " + quantity + (saturated ? " > " : " = ") +
+                              std::to_string(value) + "; allowed: at most " + std::to_string(limit) + " (" + advice + ")");
+}
+
+// An upper bound held to a limit: past int64 it is only "past the limit", so it saturates.
+template <class Bound>
+std::int64_t saturated(Bound bound) {
+  try {
+    return bound().value();
+  } catch (const SizeOverflow&) {
+    return std::numeric_limits<std::int64_t>::max();
+  }
+}
+
+RunCost cost_of(const ScheduleInfo& info, const Problem& problem, const RunOptions& options, const BlockSizes& blocks,
+                bool caller_tensors) {
+  using Count = CheckedInt64;
+  const bool backward = info.pass == Pass::backward;
+  const int unit_heads = backward ? problem.group_size() : 1;
+  RunCost cost;
+  if (options.memory == MemoryKind::shape && !options.every_head) {
+    const std::vector<UnitClass> classes = unit_classes(problem, unit_heads);
+    cost.tile_steps = saturated([&] {
+      Count steps = 0;
+      for (const UnitClass& unit : classes) steps += Count(tile_steps(info.name, problem, unit.b, blocks)) * unit_heads;
+      return steps;
+    });
+    return cost;
+  }
+  // Every unit is run: the cost of each sequence times its heads (a dense batch's sequences alike).
+  const int sequences = problem.varlen() ? problem.batch : 1;
+  const Count copies = problem.varlen() ? 1 : problem.batch;
+  const Count d = problem.head_dim, dv = problem.value_dim();
+  cost.tile_steps = saturated([&] {
+    Count steps = 0;
+    for (int b = 0; b < sequences; ++b) steps += Count(tile_steps(info.name, problem, b, blocks)) * problem.heads_q * copies;
+    return steps;
+  });
+  if (options.memory == MemoryKind::shape) return cost;
+  cost.multiply_adds = saturated([&] {
+    const Count per_score = backward ? 4 * d + 3 * dv : d + dv;  // a backward pass runs its forward pass too
+    Count multiply_adds = 0;
+    for (int b = 0; b < sequences; ++b) {
+      multiply_adds += Count(problem.seqlen_q_of(b)) * problem.seqlen_k_of(b) * per_score * problem.heads_q * copies;
+    }
+    return multiply_adds;
+  });
+  cost.data_bytes = saturated([&] {
+    constexpr std::int64_t kHostFloat = sizeof(float);  // host tensors and tiles hold fp32 values
+    const Count rows_q = problem.total_rows_q(), rows_k = problem.total_rows_k();
+    Count tensors = rows_q * problem.heads_q * (d + dv + 1) + rows_k * problem.heads_kv * (d + dv);  // Q, O, LSE; K, V
+    if (backward) tensors += rows_q * problem.heads_q * (d + dv) + rows_k * problem.heads_kv * (d + dv);  // dQ, dO; dK, dV
+    Count scratch = 0;  // per head, freed after it: the largest sequence's
+    for (int b = 0; b < sequences; ++b) {
+      Count head_scratch = scratch_elements(info.name, problem, b, blocks);
+      if (backward && unit_heads > 1) {  // the group's fp32 dK, dV parts
+        head_scratch += Count(unit_heads) * problem.seqlen_k_of(b) * (d + dv);
+      }
+      scratch = std::max(scratch, head_scratch);
+    }
+    // SRAM tiles: at most the working set, and never more than M; tiles of 2-byte types are fp32 here.
+    Count tiles = working_set_bytes(info.name, problem, blocks);
+    if (options.sram_bytes > 0) tiles = std::min(tiles, Count(options.sram_bytes));
+    tiles = tiles * (kHostFloat / element_bytes(problem.dtype));
+    return (caller_tensors ? Count(0) : tensors * kHostFloat) + scratch * kHostFloat + tiles;
+  });
+  return cost;
+}
+
+void require_within_limits(const ScheduleInfo& info, const Problem& problem, const RunOptions& options, const RunCost& cost) {
+  constexpr const char* kDataAdvice = "count it shape-only, without data, or run a smaller problem";
+  if (options.memory == MemoryKind::data) {
+    if (cost.data_bytes > kMaxDataBytes) {
+      refuse_cost(info, problem, options.memory, "host memory in bytes", cost.data_bytes, kMaxDataBytes, kDataAdvice);
+    }
+    if (cost.multiply_adds > kMaxDataMultiplyAdds) {
+      refuse_cost(info, problem, options.memory, "multiply-adds", cost.multiply_adds, kMaxDataMultiplyAdds, kDataAdvice);
+    }
+  }
+  if (cost.tile_steps > kMaxTileSteps) {
+    refuse_cost(info, problem, options.memory, "tile steps", cost.tile_steps, kMaxTileSteps,
+                "larger blocks or SRAM, or a shorter sequence");
+  }
+}
 
 template <class Memory>
 Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOptions& options, const BlockSizes& blocks,
@@ -233,48 +364,44 @@ RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOp
   // A unit: one query head (forward) or one KV head's group of query heads (backward).
   const int unit_heads = backward ? problem.group_size() : 1;
   const int units_per_sequence = problem.heads_q / unit_heads;
+  try {
+    require_within_limits(info, problem, options, cost_of(info, problem, options, result.blocks, tensors != nullptr));
 
-  if (options.memory == MemoryKind::data) {
-    if (tensors == nullptr) {
-      result.tensors = random_tensors(problem, options.seed, backward);
-      tensors = &result.tensors;
-    } else if (backward && (tensors->dO.values.empty() || tensors->dQ.values.empty())) {
-      throw std::invalid_argument("schedule '" + info.name + "' is a backward pass: the tensors need dO, dQ, dK, dV "
-                                  "(AttentionTensors::allocate(problem, true)); allowed: tensors with backward buffers");
-    }
-    if (backward) prepare_forward_outputs(problem, *tensors);
-    for (int b = 0; b < problem.batch; ++b) {
-      for (int unit = 0; unit < units_per_sequence; ++unit) {
-        result.counters += run_unit<DataMemory>(info, problem, options, result.blocks, tensors, b, unit * unit_heads,
-                                                unit_heads, result.heads_run);
+    if (options.memory == MemoryKind::data) {
+      if (tensors == nullptr) {
+        result.tensors = random_tensors(problem, options.seed, backward);
+        tensors = &result.tensors;
+      } else if (backward && (tensors->dO.values.empty() || tensors->dQ.values.empty())) {
+        throw std::invalid_argument("schedule '" + info.name + "' is a backward pass: the tensors need dO, dQ, dK, dV "
+                                    "(AttentionTensors::allocate(problem, true)); allowed: tensors with backward buffers");
       }
+      if (backward) prepare_forward_outputs(problem, *tensors);
+      for (int b = 0; b < problem.batch; ++b) {
+        for (int unit = 0; unit < units_per_sequence; ++unit) {
+          result.counters += run_unit<DataMemory>(info, problem, options, result.blocks, tensors, b, unit * unit_heads,
+                                                  unit_heads, result.heads_run);
+        }
+      }
+      return result;
+    }
+    if (options.every_head) {
+      for (int b = 0; b < problem.batch; ++b) {
+        for (int unit = 0; unit < units_per_sequence; ++unit) {
+          result.counters += run_unit<ShapeMemory>(info, problem, options, result.blocks, nullptr, b, unit * unit_heads,
+                                                   unit_heads, result.heads_run);
+        }
+      }
+      return result;
+    }
+    for (const UnitClass& unit : unit_classes(problem, unit_heads)) {
+      const Counters counted = run_unit<ShapeMemory>(info, problem, options, result.blocks, nullptr, unit.b,
+                                                     unit.first_head, unit_heads, result.heads_run);
+      result.counters += scaled(counted, unit.count);
     }
     return result;
+  } catch (const SizeOverflow& error) {  // a count past int64: said with the problem that made it
+    throw SizeOverflow(describe(info, problem, options.memory) + ": " + error.what());
   }
-
-  std::map<UnitKey, std::pair<std::int64_t, std::pair<int, int>>> classes;  // key -> (count, (b, unit))
-  for (int b = 0; b < problem.batch; ++b) {
-    for (int unit = 0; unit < units_per_sequence; ++unit) {
-      if (options.every_head) {
-        result.counters += run_unit<ShapeMemory>(info, problem, options, result.blocks, nullptr, b, unit * unit_heads,
-                                                 unit_heads, result.heads_run);
-        continue;
-      }
-      UnitKey key{problem.seqlen_q_of(b), problem.seqlen_k_of(b), {}};
-      for (int h = unit * unit_heads; h < (unit + 1) * unit_heads; ++h) {
-        key.alibi.push_back(!problem.alibi_slopes.empty() && problem.alibi_slopes[h] != 0.0f);
-      }
-      auto [it, inserted] = classes.try_emplace(std::move(key), 0, std::pair{b, unit});
-      ++it->second.first;
-    }
-  }
-  for (const auto& [key, value] : classes) {
-    const auto [count, where] = value;
-    const Counters unit = run_unit<ShapeMemory>(info, problem, options, result.blocks, nullptr, where.first,
-                                                where.second * unit_heads, unit_heads, result.heads_run);
-    result.counters += scaled(unit, count);
-  }
-  return result;
 }
 
 }  // namespace
@@ -297,6 +424,20 @@ std::string schedule_names(const char* separator) {
   return names;
 }
 
+RunCost run_cost(std::string_view name, const Problem& problem, const RunOptions& options, bool caller_tensors) {
+  const ScheduleInfo& info = find_schedule(name);
+  problem.validate();
+  try {
+    return cost_of(info, problem, options, resolve_blocks(info, problem, options), caller_tensors);
+  } catch (const SizeOverflow& error) {
+    throw SizeOverflow(describe(info, problem, options.memory) + ": " + error.what());
+  }
+}
+
+void require_within_limits(std::string_view name, const Problem& problem, const RunOptions& options, const RunCost& cost) {
+  require_within_limits(find_schedule(name), problem, options, cost);
+}
+
 RunResult run_schedule(std::string_view name, const Problem& problem, const RunOptions& options) {
   return run_impl(find_schedule(name), problem, options, nullptr);
 }
@@ -311,15 +452,16 @@ RunResult run_schedule(std::string_view name, const Problem& problem, const RunO
 
 Counters scaled(const Counters& counters, std::int64_t factor) {
   Counters result = counters;
+  const auto scale = [factor](std::int64_t& count, const char* quantity) { count = checked_mul(count, factor, quantity); };
   for (TensorTraffic& t : result.tensor) {
-    t.hbm_read_elements *= factor, t.hbm_write_elements *= factor;
-    t.hbm_read_bytes *= factor, t.hbm_write_bytes *= factor;
+    scale(t.hbm_read_elements, "hbm_read_elements"), scale(t.hbm_write_elements, "hbm_write_elements");
+    scale(t.hbm_read_bytes, "hbm_read_bytes"), scale(t.hbm_write_bytes, "hbm_write_bytes");
   }
-  result.matmul_flops *= factor;
-  result.exponentials *= factor;
-  result.other_flops *= factor;
-  result.loads *= factor;
-  result.stores *= factor;
+  scale(result.matmul_flops, "matmul_flops");
+  scale(result.exponentials, "exponentials");
+  scale(result.other_flops, "other_flops");
+  scale(result.loads, "loads");
+  scale(result.stores, "stores");
   return result;
 }
 

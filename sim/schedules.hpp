@@ -25,6 +25,10 @@
 //                       multiplied, so a shape run costs one head per distinct class.
 // Both return identical Counters for the same problem (a test holds them to it).
 //
+// Limits: a run whose work or memory (RunCost) is past algorithms/limits.hpp is refused before it
+// starts, with std::invalid_argument naming the quantity and the limit; a count that would leave
+// int64 is refused with SizeOverflow (checked_math.hpp) naming the problem, never wrapped.
+//
 // Block sizes: RunOptions::blocks when given (M then only bounds the arena; 0 = unbounded),
 // else derived from M by the schedule's rule (closed_forms.hpp: derive_blocks), which is the
 // paper's rule shrunk until the schedule's working set fits in M. M below the smallest working
@@ -105,6 +109,21 @@ std::string schedule_names(const char* separator = ", ");
 RunResult run_schedule(std::string_view name, const Problem& problem, const RunOptions& options);
 RunResult run_schedule(std::string_view name, const Problem& problem, const RunOptions& options,
                        AttentionTensors& tensors);
+
+// What a run takes, known before it starts (the limits: algorithms/limits.hpp). Shape runs: the
+// tile steps of the units run (closed_forms.hpp: tile_steps). Data runs: tile steps of every
+// head, the host memory of the problem's tensors (unless the caller's), the HBM scratch and the
+// SRAM tiles, and the multiply-adds of the score and output products.
+struct RunCost {
+  std::int64_t tile_steps = 0;
+  std::int64_t data_bytes = 0;
+  std::int64_t multiply_adds = 0;
+};
+RunCost run_cost(std::string_view name, const Problem& problem, const RunOptions& options, bool caller_tensors = false);
+// Throws std::invalid_argument naming the schedule, the problem, the quantity and its limit when
+// a cost is past its limit. run_schedule calls it before any work; a caller that adds work of
+// its own (the command line's oracle check) adds it to the cost and calls it first.
+void require_within_limits(std::string_view name, const Problem& problem, const RunOptions& options, const RunCost& cost);
 
 // Counters multiplied by a head count (traffic and FLOPs scale; the SRAM peak does not).
 Counters scaled(const Counters& counters, std::int64_t factor);

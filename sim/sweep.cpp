@@ -2,13 +2,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
 
+#include "algorithms/limits.hpp"
 #include "closed_forms.hpp"
+#include "decimal.hpp"
 #include "report.hpp"
 
 namespace flashlab::sim {
@@ -22,24 +25,17 @@ MaskSpec parse_mask(const std::string& text) {
   auto bad = [&]() {
     return std::invalid_argument("mask '" + text + "' is not understood; allowed: none, causal, window:W (W >= 0 keys), sparse:S (0 < S <= 1)");
   };
-  try {
-    if (kind == "none" && value.empty()) return mask;
-    if (kind == "causal" && value.empty()) return mask.causal = true, mask;
-    if (kind == "window" && !value.empty()) {
-      std::size_t used = 0;
-      mask.causal = true;
-      mask.window_left = std::stoi(value, &used);
-      if (used != value.size() || mask.window_left < 0) throw bad();
-      return mask;
-    }
-    if (kind == "sparse" && !value.empty()) {
-      std::size_t used = 0;
-      mask.kept_fraction = std::stod(value, &used);
-      if (used != value.size() || !(mask.kept_fraction > 0 && mask.kept_fraction <= 1)) throw bad();
-      return mask;
-    }
-  } catch (const std::logic_error&) {
-    throw bad();
+  if (kind == "none" && value.empty()) return mask;
+  if (kind == "causal" && value.empty()) return mask.causal = true, mask;
+  if (kind == "window" && !value.empty()) {
+    mask.causal = true;
+    mask.window_left = static_cast<int>(parse_decimal(value, "mask " + text + ": window W", 0, kMaxSequenceLength));
+    return mask;
+  }
+  if (kind == "sparse" && !value.empty()) {
+    mask.kept_fraction = parse_decimal_real(value, "mask " + text + ": kept fraction S",
+                                            std::numeric_limits<double>::denorm_min(), 1.0, "0 < S <= 1");
+    return mask;
   }
   throw bad();
 }
@@ -50,14 +46,21 @@ void SweepGrid::validate() const {
   }
   for (const std::string& name : schedules) find_schedule(name);
   for (int n : seqlens) {
-    if (n < 1 || n > (1 << 24)) throw std::invalid_argument("seqlen " + std::to_string(n) + " is out of range; allowed: [1, 16777216]");
+    if (n < 1 || n > kMaxSweepSeqlen) {
+      throw std::invalid_argument("seqlen " + std::to_string(n) + " is out of range; allowed: [1, " +
+                                  std::to_string(kMaxSweepSeqlen) + "]");
+    }
   }
   for (int d : head_dims) {
-    if (d < 1 || d > 4096) throw std::invalid_argument("head_dim " + std::to_string(d) + " is out of range; allowed: [1, 4096]");
+    if (d < 1 || d > kMaxSweepHeadDim) {
+      throw std::invalid_argument("head_dim " + std::to_string(d) + " is out of range; allowed: [1, " +
+                                  std::to_string(kMaxSweepHeadDim) + "]");
+    }
   }
   for (std::int64_t m : sram_bytes) {
-    if (m < 16 || m > (std::int64_t{1} << 40)) {
-      throw std::invalid_argument("SRAM size " + std::to_string(m) + " B is out of range; allowed: [16 B, 1 TB]");
+    if (m < kMinSweepSramBytes || m > kMaxSramBytes) {
+      throw std::invalid_argument("SRAM size " + std::to_string(m) + " B is out of range; allowed: [" +
+                                  std::to_string(kMinSweepSramBytes) + ", " + std::to_string(kMaxSramBytes) + "] B");
     }
   }
   for (const std::string& mask : masks) parse_mask(mask);
@@ -94,9 +97,20 @@ Problem sweep_problem(const SweepGrid& grid, int seqlen, int head_dim, const Mas
   return p;
 }
 
-SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int seqlen, int head_dim, std::int64_t sram_bytes,
-                       const std::string& mask_text) {
+namespace {
+
+// A point before it is counted: its blocks, its problem and its run, the run's cost held to the
+// limits (algorithms/limits.hpp) before the block-sparsity pattern (one entry per tile) is built.
+struct PointPlan {
   SweepPoint point;
+  Problem problem;
+  RunOptions options;
+};
+
+PointPlan plan_point(const SweepGrid& grid, const std::string& schedule, int seqlen, int head_dim, std::int64_t sram_bytes,
+                     const std::string& mask_text, bool with_pattern) {
+  PointPlan plan;
+  SweepPoint& point = plan.point;
   point.schedule = schedule;
   point.mask = mask_text;
   point.seqlen = seqlen;
@@ -104,8 +118,7 @@ SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int s
   point.sram_bytes = sram_bytes;
   point.dtype = grid.dtype;
   const MaskSpec mask = parse_mask(mask_text);
-  const auto start = std::chrono::steady_clock::now();
-  Problem problem = sweep_problem(grid, seqlen, head_dim, mask, {});
+  plan.problem = sweep_problem(grid, seqlen, head_dim, mask, {});
   const bool tiled = find_schedule(schedule).tiled;
   if (!tiled) {
     // Standard attention's softmax line holds whole rows of S and P (2 Br N elements), which no
@@ -116,23 +129,45 @@ SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int s
     point.sram_unbounded = true;
   } else {
     try {
-      point.blocks = derive_blocks(schedule, problem, sram_bytes);
+      point.blocks = derive_blocks(schedule, plan.problem, sram_bytes);
     } catch (const std::invalid_argument& error) {
       point.fits = false;
       point.reason = error.what();
-      return point;
+      return plan;
     }
   }
-  problem = sweep_problem(grid, seqlen, head_dim, mask, point.blocks);
+  plan.options.memory = MemoryKind::shape;
+  plan.options.sram_bytes = tiled ? sram_bytes : 0;
+  plan.options.blocks = point.blocks;
+  try {
+    require_within_limits(schedule, plan.problem, plan.options, run_cost(schedule, plan.problem, plan.options));
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument("sweep point M = " + std::to_string(sram_bytes) + " B, mask " + mask_text + ", blocks " +
+                                std::to_string(point.blocks.block_rows) + " x " + std::to_string(point.blocks.block_cols) +
+                                ": " + error.what());
+  }
+  if (with_pattern) plan.problem = sweep_problem(grid, seqlen, head_dim, mask, point.blocks);
+  return plan;
+}
+
+}  // namespace
+
+void require_points_within_limits(const SweepGrid& grid, const std::vector<PointSpec>& points) {
+  for (const PointSpec& p : points) plan_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask, false);
+}
+
+SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int seqlen, int head_dim, std::int64_t sram_bytes,
+                       const std::string& mask_text) {
+  const auto start = std::chrono::steady_clock::now();
+  PointPlan plan = plan_point(grid, schedule, seqlen, head_dim, sram_bytes, mask_text, true);
+  SweepPoint& point = plan.point;
+  if (!point.fits) return point;
+  const Problem& problem = plan.problem;
   if (problem.block_sparsity.enabled()) {
     const auto& keep = problem.block_sparsity.keep;
     point.kept_fraction = static_cast<double>(std::count(keep.begin(), keep.end(), 1)) / static_cast<double>(keep.size());
   }
-  RunOptions options;
-  options.memory = MemoryKind::shape;
-  options.sram_bytes = tiled ? sram_bytes : 0;
-  options.blocks = point.blocks;
-  point.counters = run_schedule(schedule, problem, options).counters;
+  point.counters = run_schedule(schedule, problem, plan.options).counters;
   const double heads = static_cast<double>(grid.batch) * grid.heads;
   point.bound = schedule_bound(schedule, problem, sram_bytes, point.kept_fraction);
   point.bound.elements *= heads;
@@ -141,18 +176,25 @@ SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int s
   return point;
 }
 
-std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress) {
-  grid.validate();
-  std::vector<SweepPoint> points;
-  const std::size_t total = grid.schedules.size() * grid.seqlens.size() * grid.head_dims.size() * grid.sram_bytes.size() * grid.masks.size();
+std::vector<PointSpec> grid_points(const SweepGrid& grid) {
+  std::vector<PointSpec> points;
   for (const std::string& schedule : grid.schedules)
     for (const std::string& mask : grid.masks)
       for (int d : grid.head_dims)
         for (std::int64_t m : grid.sram_bytes)
-          for (int n : grid.seqlens) {
-            points.push_back(count_point(grid, schedule, n, d, m, mask));
-            if (progress) progress(points.size(), total);
-          }
+          for (int n : grid.seqlens) points.push_back({schedule, mask, n, d, m});
+  return points;
+}
+
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress) {
+  grid.validate();
+  const std::vector<PointSpec> specs = grid_points(grid);
+  require_points_within_limits(grid, specs);  // every point, before any is counted
+  std::vector<SweepPoint> points;
+  for (const PointSpec& p : specs) {
+    points.push_back(count_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask));
+    if (progress) progress(points.size(), specs.size());
+  }
   return points;
 }
 

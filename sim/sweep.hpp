@@ -82,9 +82,21 @@ struct SweepFit {
 // The problem of one grid point (mask applied; block sparsity at the given tile granularity).
 Problem sweep_problem(const SweepGrid& grid, int seqlen, int head_dim, const MaskSpec& mask, const BlockSizes& tiles);
 
-// Counts one point shape-only.
+// Counts one point shape-only. A point whose run is past the limits (algorithms/limits.hpp)
+// throws std::invalid_argument naming the point, the quantity and the limit, before it runs.
 SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int seqlen, int head_dim, std::int64_t sram_bytes,
                        const std::string& mask);
+
+// One point of a grid, not yet counted.
+struct PointSpec {
+  std::string schedule, mask;
+  int seqlen = 0, head_dim = 0;
+  std::int64_t sram_bytes = 0;
+};
+std::vector<PointSpec> grid_points(const SweepGrid& grid);  // in run_sweep's order
+// Holds every point to the limits first, so that a sweep is refused before any work, not
+// part-way (run_sweep and the experiment call it).
+void require_points_within_limits(const SweepGrid& grid, const std::vector<PointSpec>& points);
 
 using Progress = std::function<void(std::size_t done, std::size_t total)>;
 std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress = {});

@@ -22,36 +22,66 @@ bool TraceInfo::operator==(const TraceInfo& other) const {
 // ---------------------------------------------------------------------------------------------
 // The recorder
 
-TraceRecorder::TraceRecorder(std::size_t max_events, std::int64_t value_elements_limit) : max_events_(max_events) {
+TraceRecorder::TraceRecorder(std::size_t max_events, std::int64_t value_elements_limit, std::int64_t max_values)
+    : max_events_(max_events), max_values_(max_values) {
+  if (max_events < 1 || max_events > static_cast<std::size_t>(kMaxTraceEvents)) {
+    throw std::invalid_argument("trace: max_events = " + std::to_string(max_events) + "; allowed: 1.." +
+                                std::to_string(kMaxTraceEvents));
+  }
+  if (value_elements_limit < 0 || value_elements_limit > kMaxTraceValueElements) {
+    throw std::invalid_argument("trace: value_elements_limit = " + std::to_string(value_elements_limit) + "; allowed: 0.." +
+                                std::to_string(kMaxTraceValueElements));
+  }
+  if (max_values < 0 || max_values > kMaxTraceValues) {
+    throw std::invalid_argument("trace: max_values = " + std::to_string(max_values) + "; allowed: 0.." +
+                                std::to_string(kMaxTraceValues));
+  }
   this->value_elements_limit = value_elements_limit;
 }
 
-void TraceRecorder::record(const TraceEvent& event) {
+void TraceRecorder::record(const TraceEvent& event) noexcept {
   ++seen_events_;
-  if (seen_events_ > max_events_) return;  // counted, reported by finish()
-  RecordedEvent stored;
-  stored.kind = event.kind;
-  stored.tensor = event.tensor;
-  stored.rows = event.rows;
-  stored.cols = event.cols;
-  stored.op = event.op ? event.op : "";
-  stored.line = event.line;
-  stored.sram_bytes = event.sram_bytes;
-  stored.bytes = event.bytes;
-  stored.row_max = event.row_max;
-  stored.row_sum = event.row_sum;
-  stored.rescale = event.rescale;
+  if (overflowed()) return;  // counted, reported by finish()
   // Only score and probability tiles keep values: they are what the visualizer shows on hover.
-  if (event.tensor == TensorId::S || event.tensor == TensorId::P) stored.values = event.values;
-  events_.push_back(std::move(stored));
+  const bool keeps_values = event.tensor == TensorId::S || event.tensor == TensorId::P;
+  const auto values = static_cast<std::int64_t>(event.row_max.size() + event.row_sum.size() + event.rescale.size() +
+                                                (keeps_values ? event.values.size() : 0));
+  stored_values_ += values;  // bounded by max_values_ + one event's values: no overflow
+  if (overflowed()) return;
+  try {
+    RecordedEvent stored;
+    stored.kind = event.kind;
+    stored.tensor = event.tensor;
+    stored.rows = event.rows;
+    stored.cols = event.cols;
+    stored.op = event.op ? event.op : "";
+    stored.line = event.line;
+    stored.sram_bytes = event.sram_bytes;
+    stored.bytes = event.bytes;
+    stored.row_max = event.row_max;
+    stored.row_sum = event.row_sum;
+    stored.rescale = event.rescale;
+    if (keeps_values) stored.values = event.values;
+    events_.push_back(std::move(stored));
+  } catch (const std::exception&) {  // out of memory: noted, reported by finish(), never thrown from here
+    out_of_memory_ = true;
+  }
 }
 
 Trace TraceRecorder::finish(TraceInfo info) {
-  if (overflowed()) {
-    throw TraceOverflow("trace of " + (info.schedule.empty() ? std::string("the schedule") : info.schedule) + " has " +
-                        std::to_string(seen_events_) + " events, over the recorder's bound of " +
-                        std::to_string(max_events_) +
-                        " events; record a smaller problem (or larger blocks), or count it without a trace");
+  const std::string what = "trace of " + (info.schedule.empty() ? std::string("the schedule") : info.schedule);
+  const std::string advice = "; record a smaller problem (or larger blocks), or count it without a trace";
+  if (seen_events_ > max_events_) {
+    throw TraceOverflow(what + " has " + std::to_string(seen_events_) + " events, over the recorder's bound of " +
+                        std::to_string(max_events_) + " events" + advice);
+  }
+  if (stored_values_ > max_values_) {
+    throw TraceOverflow(what + " keeps more than " + std::to_string(max_values_) +
+                        " tile values and softmax statistics, the recorder's bound" + advice +
+                        " (or keep fewer values: --value-elements)");
+  }
+  if (out_of_memory_) {
+    throw TraceOverflow(what + ": out of memory after " + std::to_string(events_.size()) + " events" + advice);
   }
   return Trace{std::move(info), std::move(events_)};
 }

@@ -7,9 +7,11 @@
 //   Trace trace = recorder.finish(info);          // throws TraceOverflow if the bound was hit
 //   save_trace("fa2.json", trace);
 //
-// A trace that outgrows its bound is never cut short silently: the recorder keeps counting the
-// events it could not store and finish() refuses to hand back a partial trace. It does not throw
-// from record(), because record() also runs while tiles are freed during stack unwinding.
+// A trace that outgrows its bounds (events, kept tile values; algorithms/limits.hpp caps both) is
+// never cut short silently: the recorder keeps counting the events it could not store and
+// finish() refuses to hand back a partial trace. record() never throws (it is noexcept, as every
+// TraceSink's is): it also runs in tiles' destructors, during stack unwinding; even running out of
+// memory is only noted there and reported by finish().
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/limits.hpp"
 #include "algorithms/problem.hpp"
 #include "algorithms/tensors.hpp"
 #include "algorithms/tile_memory.hpp"
@@ -86,24 +89,30 @@ class TraceRecorder : public TraceSink {
  public:
   static constexpr std::size_t kDefaultMaxEvents = 1'000'000;
 
-  // max_events: the bound on stored events. value_elements_limit: compute events of score and
-  // probability tiles (S, P) with at most this many elements keep their values (0: none).
-  explicit TraceRecorder(std::size_t max_events = kDefaultMaxEvents, std::int64_t value_elements_limit = 0);
+  // max_events: the bound on stored events, 1..kMaxTraceEvents. value_elements_limit: compute
+  // events of score and probability tiles (S, P) with at most this many elements keep their
+  // values, 0..kMaxTraceValueElements (0: none). max_values: the values the whole trace keeps.
+  // Out-of-range bounds throw std::invalid_argument naming them and the range.
+  explicit TraceRecorder(std::size_t max_events = kDefaultMaxEvents, std::int64_t value_elements_limit = 0,
+                         std::int64_t max_values = kMaxTraceValues);
 
-  void record(const TraceEvent& event) override;
+  void record(const TraceEvent& event) noexcept override;
 
   std::size_t max_events() const { return max_events_; }
   std::size_t seen_events() const { return seen_events_; }  // stored or not
-  bool overflowed() const { return seen_events_ > max_events_; }
+  bool overflowed() const { return seen_events_ > max_events_ || stored_values_ > max_values_ || out_of_memory_; }
   const std::vector<RecordedEvent>& events() const { return events_; }
 
-  // The whole trace of a finished run. Throws TraceOverflow, naming the event count and the
-  // bound, when the run did not fit.
+  // The whole trace of a finished run. Throws TraceOverflow, naming the count and the bound that
+  // was passed (events, kept values, or memory), when the run did not fit.
   Trace finish(TraceInfo info);
 
  private:
   std::size_t max_events_;
+  std::int64_t max_values_;
   std::size_t seen_events_ = 0;
+  std::int64_t stored_values_ = 0;  // past max_values_: nothing more is stored
+  bool out_of_memory_ = false;
   std::vector<RecordedEvent> events_;
 };
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "app.hpp"
+#include "sim/decimal.hpp"
 
 using namespace flashlab;
 using namespace flashlab::viz;
@@ -53,18 +54,10 @@ const char* kUsage =
     "Schedules: the registry of sim/schedules.hpp (flashlab list). --position P is the fraction of the\n"
     "trace played before the screenshot, 0 .. 1. See docs/visualizer.md.\n";
 
+// Numbers go through the command lines' one decimal parser (sim/decimal.hpp): no octal, hex,
+// signs or spaces, the range named in every refusal.
 int parse_int(const std::string& option, const std::string& text, int low, int high) {
-  std::size_t used = 0;
-  long value = 0;
-  try {
-    value = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || value < low || value > high)
-    throw std::invalid_argument(option + " = '" + text + "'; allowed: an integer in " + std::to_string(low) + " .. " +
-                                std::to_string(high));
-  return static_cast<int>(value);
+  return static_cast<int>(sim::parse_decimal(text, option, low, high));
 }
 
 std::pair<int, int> parse_pair(const std::string& option, const std::string& text, int low, int high) {
@@ -123,10 +116,7 @@ Options parse_options(int argc, char** argv) {
     } else if (option == "--frames") {
       o.frames = parse_int(option, value, 1, 10000);
     } else if (option == "--position") {
-      char* end = nullptr;
-      o.position = std::strtod(value.c_str(), &end);
-      if (end == value.c_str() || *end != '\0' || !(o.position >= 0.0 && o.position <= 1.0))
-        throw std::invalid_argument("--position = '" + value + "'; allowed: a fraction of the trace in 0 .. 1");
+      o.position = sim::parse_decimal_real(value, option, 0.0, 1.0, "a fraction of the trace in 0 .. 1");
     } else if (option == "--hover") {
       std::tie(o.hover_row, o.hover_col) = parse_pair(option, value, 0, 1 << 24);
     } else if (option == "--size") {

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "algorithms/checked_math.hpp"
 #include "kernels/01_fa1_sm75/forward_kernel.cuh"
 #include "kernels/attention_api.hpp"
 #include "kernels/common/dispatch.hpp"
@@ -29,8 +30,10 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 }  // namespace
 
 std::size_t fa1_forward_workspace_bytes(const Problem& problem) {
-  const std::size_t rows = static_cast<std::size_t>(problem.total_rows_q()) * problem.heads_q;
-  return rows * (static_cast<std::size_t>(problem.head_dim) + 2) * sizeof(float);
+  // O, m and l of every row and head in fp32; checked, so a size past int64 is refused, not wrapped.
+  constexpr const char* kWhat = "fa1_forward: workspace bytes (rows x heads_q x (head_dim + 2) x 4)";
+  return checked_size(checked_product(kWhat, problem.total_rows_q(), problem.heads_q, problem.head_dim + 2, sizeof(float)),
+                      kWhat);
 }
 
 void fa1_forward(const Problem& problem, const ForwardArgs& args) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "algorithms/checked_math.hpp"
 #include "kernels/02_fa2_sm80/backward_kernel.cuh"
 #include "kernels/attention_api.hpp"
 #include "kernels/common/dispatch.hpp"
@@ -25,22 +26,26 @@ struct WorkspaceLayout {
   std::int64_t dq_rows;  // rows per head of the dQ accumulator
 };
 
+// Sizes in checked arithmetic (algorithms/checked_math.hpp): a layout past int64 is refused, not wrapped.
 WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
-  auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const std::size_t rows = static_cast<std::size_t>(problem.total_rows_q());
-  const std::size_t heads = static_cast<std::size_t>(problem.heads_q);
+  using Count = CheckedInt64;
+  auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
+  const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
   WorkspaceLayout layout{};
   layout.lse_offset = 0;
-  layout.delta_offset = align(rows * heads * sizeof(float));
-  layout.dq_offset = layout.delta_offset + align(rows * heads * sizeof(float));
-  const std::size_t padded = static_cast<std::size_t>(fa2::backward_padded_head_dim(problem.head_dim));
-  layout.dq_rows = problem.total_rows_q() + static_cast<std::int64_t>(fa2::kDqRowPadding) * problem.batch;
-  layout.counters_offset =
-      layout.dq_offset + align(static_cast<std::size_t>(layout.dq_rows) * heads * padded * sizeof(float));
-  const int query_blocks = (problem.seqlen_q + fa2::kMinBackwardBlockM - 1) / fa2::kMinBackwardBlockM;
-  const std::size_t counters =
-      deterministic ? static_cast<std::size_t>(problem.batch) * heads * static_cast<std::size_t>(query_blocks) : 0;
-  layout.total = layout.counters_offset + align(counters * sizeof(int));
+  const Count delta_offset = align(rows * heads * float_bytes);
+  const Count dq_offset = delta_offset + align(rows * heads * float_bytes);
+  const Count padded = fa2::backward_padded_head_dim(problem.head_dim);
+  const Count dq_rows = rows + Count(fa2::kDqRowPadding) * problem.batch;
+  const Count counters_offset = dq_offset + align(dq_rows * heads * padded * float_bytes);
+  const Count query_blocks = (Count(problem.seqlen_q) + fa2::kMinBackwardBlockM - 1) / fa2::kMinBackwardBlockM;
+  const Count counters = deterministic ? Count(problem.batch) * heads * query_blocks : Count(0);
+  const Count total = counters_offset + align(counters * static_cast<std::int64_t>(sizeof(int)));
+  layout.delta_offset = checked_size(delta_offset.value(), "fa2_backward: workspace offset");
+  layout.dq_offset = checked_size(dq_offset.value(), "fa2_backward: workspace offset");
+  layout.dq_rows = dq_rows.value();
+  layout.counters_offset = checked_size(counters_offset.value(), "fa2_backward: workspace offset");
+  layout.total = checked_size(total.value(), "fa2_backward: workspace bytes");
   return layout;
 }
 
@@ -60,8 +65,8 @@ void launch_backward(fa2::BackwardParams params, cudaStream_t stream) {
                                 std::to_string(smem_limit) + " (allowed: head_dim <= 128 here)");
   }
   {
-    const std::int64_t threads =
-        static_cast<std::int64_t>(params.total_rows_q) * params.heads_q * fa2::kPreprocessLanesPerRow;
+    const std::int64_t threads = checked_product("fa2_backward: preprocess threads", params.total_rows_q, params.heads_q,
+                                                 fa2::kPreprocessLanesPerRow);
     const int blocks = static_cast<int>((threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads);
     fa2::backward_preprocess_kernel<Element><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa2_backward preprocess launch");

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "algorithms/checked_math.hpp"
 #include "kernels/03_fa3_sm90/forward_kernel.cuh"
 #include "kernels/attention_api.hpp"
 #include "kernels/common/constants.hpp"
@@ -67,7 +68,8 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
     block_m = fa3::ForwardTiling<kHeadDim>::kBlockM, block_n = fa3::ForwardTiling<kHeadDim>::kBlockN;
   });
   const long long m_blocks = (static_cast<long long>(problem.seqlen_q) + block_m - 1) / block_m;
-  const long long tiles = m_blocks * problem.heads_q * problem.batch;
+  const std::int64_t tiles =
+      checked_product("fa3_forward: batch x heads_q x query blocks", m_blocks, problem.heads_q, problem.batch);
   if (tiles > INT_MAX) {
     refuse("batch x heads_q x query blocks = " + std::to_string(tiles) + "; allowed: at most " + std::to_string(INT_MAX));
   }

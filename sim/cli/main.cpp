@@ -31,10 +31,14 @@
 #include <vector>
 
 #include "algorithms/00_oracle.hpp"
+#include "algorithms/checked_math.hpp"
+#include "algorithms/limits.hpp"
 #include "kernels/tilings.hpp"
 #include "sim/bounds.hpp"
 #include "sim/check.hpp"
+#include "sim/cli/decimal_options.hpp"
 #include "sim/closed_forms.hpp"
+#include "sim/decimal.hpp"
 #include "sim/experiment.hpp"
 #include "sim/machines.hpp"
 #include "sim/report.hpp"
@@ -96,20 +100,12 @@ std::vector<std::string> split(const std::string& text) {
   return parts;
 }
 
-std::vector<int> split_ints(const std::string& text, const char* what) {
+std::vector<int> split_ints(const std::string& text, const char* option, int low, int high) {
   std::vector<int> values;
-  for (const std::string& part : split(text)) {
-    std::size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(part, &used);
-    } catch (const std::logic_error&) {
-      used = 0;
-    }
-    if (used != part.size() || used == 0) throw BadInput(std::string(what) + " '" + part + "' is not an integer");
-    values.push_back(value);
+  for (const std::string& part : split(text)) values.push_back(static_cast<int>(parse_decimal(part, option, low, high)));
+  if (values.empty()) {
+    throw BadInput(std::string(option) + ": no values given; allowed: a comma-separated list in " + decimal_range(low, high));
   }
-  if (values.empty()) throw BadInput(std::string(what) + ": no values given");
   return values;
 }
 
@@ -124,23 +120,26 @@ struct ProblemOptions {
   int block_rows = 0, block_cols = 0, splits = 0;
 
   void add_to(CLI::App& app) {
-    app.add_option("--batch", batch, "batch size");
-    app.add_option("--heads", heads, "query heads");
-    app.add_option("--heads-kv", heads_kv, "key/value heads (default: --heads; GQA/MQA when fewer)");
-    app.add_option("--seqlen,-n", seqlen, "sequence length N (queries)");
-    app.add_option("--seqlen-k", seqlen_k, "key length (default: --seqlen)");
-    app.add_option("--head-dim,-d", head_dim, "head dimension d");
-    app.add_option("--head-dim-v", head_dim_v, "value head dimension (default: d)");
+    add_decimal_option(app, "--batch", batch, "batch size", 1, kMaxBatch);
+    add_decimal_option(app, "--heads", heads, "query heads", 1, kMaxHeads);
+    add_decimal_option(app, "--heads-kv", heads_kv, "key/value heads (0: --heads; GQA/MQA when fewer)", 0, kMaxHeads);
+    add_decimal_option(app, "--seqlen,-n", seqlen, "sequence length N (queries)", 1, kMaxSequenceLength);
+    add_decimal_option(app, "--seqlen-k", seqlen_k, "key length (0: --seqlen)", 0, kMaxSequenceLength);
+    add_decimal_option(app, "--head-dim,-d", head_dim, "head dimension d", 1, kMaxHeadDim);
+    add_decimal_option(app, "--head-dim-v", head_dim_v, "value head dimension (0: d)", 0, kMaxHeadDim);
     app.add_flag("--causal", causal, "causal mask (bottom-right aligned)");
     app.add_flag("--top-left", top_left, "align the causal mask to the top-left corner");
-    app.add_option("--window-left", window_left, "sliding window: keys to the left (-1: unbounded)");
-    app.add_option("--window-right", window_right, "sliding window: keys to the right (-1: unbounded)");
+    add_decimal_option(app, "--window-left", window_left, "sliding window: keys to the left (-1: unbounded)", -1,
+                       kMaxSequenceLength);
+    add_decimal_option(app, "--window-right", window_right, "sliding window: keys to the right (-1: unbounded)", -1,
+                       kMaxSequenceLength);
     app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default fp32; a machine preset sets its own)");
     app.add_option("--sram,-M", sram, "SRAM size M in bytes, K/M suffixes allowed (228K); default: the machine's");
     app.add_option("--machine", machine, "machine preset key (flashlab machines) or a preset .json path");
-    app.add_option("--block-rows", block_rows, "explicit Br (query rows per block)");
-    app.add_option("--block-cols", block_cols, "explicit Bc (keys per block)");
-    app.add_option("--splits", splits, "split_kv: number of KV chunks (default 4)");
+    add_decimal_option(app, "--block-rows", block_rows, "explicit Br (query rows per block; 0: derived)", 0,
+                       kMaxSequenceLength);
+    add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (keys per block; 0: derived)", 0, kMaxSequenceLength);
+    add_decimal_option(app, "--splits", splits, "split_kv: number of KV chunks (0: 4)", 0, kMaxSequenceLength);
   }
 
   Problem problem(const Machine* preset, bool dtype_given) const {
@@ -162,7 +161,7 @@ struct ProblemOptions {
   }
   RunOptions run_options(const Machine* preset) const {
     RunOptions options;
-    options.sram_bytes = !sram.empty() ? parse_bytes(sram) : preset ? preset->sram_bytes : 0;
+    options.sram_bytes = !sram.empty() ? parse_bytes(sram, "--sram") : preset ? preset->sram_bytes : 0;
     if (block_rows > 0 || block_cols > 0) {
       options.blocks = {block_rows > 0 ? block_rows : block_cols, block_cols > 0 ? block_cols : block_rows, splits};
     } else if (options.sram_bytes == 0) {
@@ -182,12 +181,15 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   if (!po.machine.empty()) machine = find_machine(po.machine);
   const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
   RunOptions options = po.run_options(machine ? &*machine : nullptr);
-  find_schedule(schedule);
+  const ScheduleInfo& info = find_schedule(schedule);
   options.memory = data ? MemoryKind::data : MemoryKind::shape;
+  // The limits hold the whole command: with --data, the oracle's memory comes on top of the run's.
+  RunCost cost = run_cost(schedule, problem, options);
+  if (data) cost.data_bytes = saturating_add(cost.data_bytes, oracle_bytes(problem, info.pass == Pass::backward));
+  require_within_limits(schedule, problem, options, cost);
   const auto start = std::chrono::steady_clock::now();
   const RunResult result = run_schedule(schedule, problem, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ScheduleInfo& info = find_schedule(schedule);
 
   std::cout << schedule << " (" << info.paper << ", " << info.source << "): " << info.description << "\n";
   std::cout << "problem: batch " << problem.batch << ", heads " << problem.heads_q << "/" << problem.heads_kv << ", N "
@@ -239,7 +241,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
 }
 
 int command_check(const std::string& sram, std::uint64_t seed) {
-  const std::int64_t sram_bytes = parse_bytes(sram);
+  const std::int64_t sram_bytes = parse_bytes(sram, "--sram");
   const Problem problem = default_check_problem();
   std::cout << "check: every CPU schedule against the double-precision oracle\n"
             << "problem: batch 2, heads 4/2 (GQA), N 113 x 203, d 59, fp32, no mask; M = " << sram_bytes
@@ -269,11 +271,11 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
   if (!machine_key.empty()) machine = find_machine(machine_key);
   SweepGrid grid;
   grid.schedules = split(schedules_text == "all" ? schedule_names(",") : schedules_text);
-  grid.seqlens = split_ints(seqlens, "seqlen");
-  grid.head_dims = split_ints(head_dims, "head dim");
+  grid.seqlens = split_ints(seqlens, "--seqlens", 1, kMaxSweepSeqlen);
+  grid.head_dims = split_ints(head_dims, "--head-dims", 1, kMaxSweepHeadDim);
   if (srams.empty() && !machine) throw BadInput("give --sram sizes or a --machine");
   if (srams.empty()) grid.sram_bytes = {machine->sram_bytes};
-  for (const std::string& size : split(srams)) grid.sram_bytes.push_back(parse_bytes(size));
+  for (const std::string& size : split(srams)) grid.sram_bytes.push_back(parse_bytes(size, "--sram"));
   grid.masks = split(masks);
   grid.dtype = !dtype.empty() ? dtype_from_string(dtype) : machine ? machine->dtype : DType::bf16;
   grid.validate();
@@ -292,17 +294,20 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
 }
 
 int command_trace(ProblemOptions& po, const std::string& schedule, bool dtype_given, const std::string& out,
-                  std::size_t max_events, std::int64_t value_limit) {
+                  std::int64_t max_events, std::int64_t value_limit) {
   if (out.empty()) throw BadInput("--out: the trace file to write is required");
   require_writable(out);
   find_schedule(schedule);
   std::optional<Machine> machine;
   if (!po.machine.empty()) machine = find_machine(po.machine);
   const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
-  if (problem.batch * problem.heads_q != 1) throw BadInput("trace: one head only; allowed: --batch 1 --heads 1");
+  if (problem.batch != 1 || problem.heads_q != 1) {  // each alone: their product could wrap
+    throw BadInput("trace: batch " + std::to_string(problem.batch) + ", heads " + std::to_string(problem.heads_q) +
+                   "; one head only, allowed: --batch 1 --heads 1");
+  }
   RunOptions options = po.run_options(machine ? &*machine : nullptr);
   options.memory = MemoryKind::data;
-  TraceRecorder recorder(max_events, value_limit);
+  TraceRecorder recorder(static_cast<std::size_t>(max_events), value_limit);
   options.trace = &recorder;
   const RunResult result = run_schedule(schedule, problem, options);
   const TraceInfo info = trace_info(schedule, problem, options.sram_bytes, result.blocks.block_rows, result.blocks.block_cols);
@@ -403,7 +408,8 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 2024;
   CLI::App* check = app.add_subcommand("check", "every CPU schedule on the default problem: max error against the double oracle");
   check->add_option("--sram,-M", check_sram, "SRAM size M the block sizes are derived from (default 64K)");
-  check->add_option("--seed", seed, "seed of the random inputs");
+  add_decimal_option(*check, "--seed", seed, "seed of the random inputs", std::uint64_t{0},
+                     std::numeric_limits<std::uint64_t>::max());
 
   std::string sweep_schedules = "standard,fa1,fa2", seqlens = "1024,2048,4096", head_dims = "64", srams, masks = "none",
               machine_key;
@@ -418,13 +424,15 @@ int main(int argc, char** argv) {
   sweep->add_option("--json", json_path, "write every point and the fits as JSON (schema: sim/sweep.hpp)");
   sweep->add_option("--csv", csv_path, "write every point as CSV");
 
-  std::size_t max_events = TraceRecorder::kDefaultMaxEvents;
+  std::int64_t max_events = TraceRecorder::kDefaultMaxEvents;
   std::int64_t value_limit = 4096;
   CLI::App* trace = app.add_subcommand("trace", "record one head's events (load, store, compute, softmax state) to a trace JSON");
   trace->add_option("--schedule,-s", schedule, "schedule name");
   trace->add_option("--out,-o", out, "the trace file to write");
-  trace->add_option("--max-events", max_events, "bound on recorded events (a larger run fails, never truncates)");
-  trace->add_option("--value-elements", value_limit, "S and P tiles up to this many elements keep their values");
+  add_decimal_option(*trace, "--max-events", max_events, "bound on recorded events (a larger run fails, never truncates)",
+                     std::int64_t{1}, kMaxTraceEvents);
+  add_decimal_option(*trace, "--value-elements", value_limit, "S and P tiles up to this many elements keep their values",
+                     std::int64_t{0}, kMaxTraceValueElements);
   trace_problem.seqlen = 128;
   trace_problem.head_dim = 16;
   trace_problem.add_to(*trace);

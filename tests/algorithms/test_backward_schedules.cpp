@@ -374,7 +374,7 @@ TEST_CASE("FA1 backward on the l and m that the FA1 forward leaves in HBM", "[ba
 namespace {
 struct LineRecorder : TraceSink {
   std::vector<int> first_seen;  // the paper's lines in the order the schedule first reaches them
-  void record(const TraceEvent& event) override {
+  void record(const TraceEvent& event) noexcept override {
     if (event.kind != EventKind::line) return;
     if (std::find(first_seen.begin(), first_seen.end(), event.line) == first_seen.end()) first_seen.push_back(event.line);
   }

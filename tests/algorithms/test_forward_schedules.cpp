@@ -627,7 +627,7 @@ namespace {
 // Records the paper lines a schedule marks (what the visualizer highlights).
 class LineRecorder : public TraceSink {
  public:
-  void record(const TraceEvent& event) override {
+  void record(const TraceEvent& event) noexcept override {
     if (event.kind == EventKind::line) lines.insert(event.line);
   }
   std::set<int> lines;

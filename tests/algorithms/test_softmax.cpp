@@ -181,7 +181,7 @@ TEST_CASE("softmax lab: bad input names the input and the allowed range", "[soft
 TEST_CASE("softmax lab: each schedule marks its paper's lines", "[softmax][trace]") {
   struct LineRecorder : TraceSink {
     std::vector<int> lines;
-    void record(const TraceEvent& event) override {
+    void record(const TraceEvent& event) noexcept override {
       if (event.kind == EventKind::line && (lines.empty() || lines.back() != event.line))
         lines.push_back(event.line);
     }
