@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
+
+#include "json_input.hpp"
 
 namespace flashlab::sim {
 
@@ -13,6 +13,10 @@ namespace {
 
 constexpr const char* kFormat = "flashlab-machine";
 constexpr int kVersion = 1;
+// A preset is untrusted input: a few hundred bytes, and SRAM per thread block far below a GiB
+// (the largest today is 228 KiB), which keeps every block size derived from it an int.
+constexpr std::int64_t kMaxMachineFileBytes = 1 << 20;
+constexpr std::int64_t kMaxSramBytes = std::int64_t{1} << 30;
 
 // The default experiment's machine, embedded so that it runs with no preset files.
 constexpr const char* kEmbeddedDefault = R"json({
@@ -26,50 +30,31 @@ constexpr const char* kEmbeddedDefault = R"json({
   "fp32_flops_per_second": 67e12, "fp32_source": "NVIDIA H100 datasheet: 67 TFLOPS FP32 (SXM)"
 })json";
 
-template <class T>
-T field(const nlohmann::json& json, const char* name, const std::string& source) {
-  if (!json.contains(name)) throw std::invalid_argument(source + ": field '" + name + "' is missing");
-  try {
-    return json.at(name).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw std::invalid_argument(source + ": field '" + name + "' has the wrong type");
-  }
-}
-
-double positive(const nlohmann::json& json, const char* name, const std::string& source) {
-  const double value = field<double>(json, name, source);
-  if (!(value > 0)) throw std::invalid_argument(source + ": " + name + " = " + std::to_string(value) + "; allowed: > 0");
-  return value;
-}
-
 }  // namespace
 
 Machine machine_from_json(const nlohmann::json& json, const std::string& source) {
-  if (!json.is_object()) throw std::invalid_argument(source + ": not a JSON object");
-  if (field<std::string>(json, "format", source) != kFormat) {
-    throw std::invalid_argument(source + ": format is not '" + std::string(kFormat) + "'");
-  }
-  if (field<int>(json, "version", source) != kVersion) {
-    throw std::invalid_argument(source + ": version " + json.at("version").dump() + "; allowed: " + std::to_string(kVersion));
-  }
+  const JsonFields in(source);
+  if (!json.is_object()) in.fail("", "expected a JSON object, found " + std::string(json.type_name()));
+  if (in.text(json, "format", "") != kFormat) in.fail("", std::string("format is not '") + kFormat + "'");
+  in.version(json, "", "machine preset", kVersion);
   Machine m;
-  m.key = field<std::string>(json, "key", source);
-  m.name = field<std::string>(json, "name", source);
+  m.key = in.text(json, "key", "");
+  m.name = in.text(json, "name", "");
   try {
-    m.dtype = dtype_from_string(field<std::string>(json, "dtype", source));
+    m.dtype = dtype_from_string(in.text(json, "dtype", ""));
   } catch (const std::invalid_argument& error) {
-    throw std::invalid_argument(source + ": " + error.what());
+    in.fail("", error.what());
   }
-  m.sram_bytes = static_cast<std::int64_t>(positive(json, "sram_bytes", source));
-  m.hbm_bytes_per_second = positive(json, "hbm_bytes_per_second", source);
-  m.matmul_flops_per_second = positive(json, "matmul_flops_per_second", source);
-  m.exp_per_second = positive(json, "exp_per_second", source);
-  m.fp32_flops_per_second = positive(json, "fp32_flops_per_second", source);
-  m.sram_source = field<std::string>(json, "sram_source", source);
-  m.hbm_source = field<std::string>(json, "hbm_source", source);
-  m.matmul_source = field<std::string>(json, "matmul_source", source);
-  m.exp_source = field<std::string>(json, "exp_source", source);
-  m.fp32_source = field<std::string>(json, "fp32_source", source);
+  m.sram_bytes = in.integer(json, "sram_bytes", "", 1, kMaxSramBytes);
+  m.hbm_bytes_per_second = in.positive_number(json, "hbm_bytes_per_second", "");
+  m.matmul_flops_per_second = in.positive_number(json, "matmul_flops_per_second", "");
+  m.exp_per_second = in.positive_number(json, "exp_per_second", "");
+  m.fp32_flops_per_second = in.positive_number(json, "fp32_flops_per_second", "");
+  m.sram_source = in.text(json, "sram_source", "");
+  m.hbm_source = in.text(json, "hbm_source", "");
+  m.matmul_source = in.text(json, "matmul_source", "");
+  m.exp_source = in.text(json, "exp_source", "");
+  m.fp32_source = in.text(json, "fp32_source", "");
   return m;
 }
 
@@ -102,15 +87,8 @@ std::string machines_directory() {
 
 namespace {
 Machine load_file(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  if (!file) throw std::invalid_argument("machine file " + path.string() + " cannot be opened");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(file);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw std::invalid_argument("machine file " + path.string() + " is not valid JSON (byte " + std::to_string(error.byte) + ")");
-  }
-  return machine_from_json(json, "machine file " + path.string());
+  const std::string source = "machine file " + path.string();
+  return machine_from_json(parse_json_input(read_input_file(path.string(), kMaxMachineFileBytes, source), source), source);
 }
 }  // namespace
 

@@ -1,10 +1,13 @@
 #include "trace.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
+#include <tuple>
+
+#include "output_file.hpp"
 
 namespace flashlab {
 
@@ -148,59 +151,92 @@ const char* alignment_name(CausalAlignment alignment) {
   return alignment == CausalAlignment::top_left ? "top_left" : "bottom_right";
 }
 
-// Reading: every failure names the input, the place in it and what was expected.
-class Reader {
- public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
+constexpr int kIntMin = std::numeric_limits<int>::min();
+constexpr int kIntMax = std::numeric_limits<int>::max();
 
-  [[noreturn]] void fail(const std::string& where, const std::string& what) const {
-    throw TraceFormatError(source_ + ": " + where + ": " + what);
+// The rows or columns of a tensor, for one head of the header's problem: what its tiles lie in.
+struct Extent {
+  std::int64_t size = 0;
+  std::string what;  // "the 16 rows of S"
+};
+
+// Statistics have a column per KV chunk where a schedule keeps several (split KV,
+// memory-efficient), and there are at most as many chunks as keys; O_partial stacks one block of
+// rows per chunk. The softmax lab's X and Y are never traced; they get the score matrix's shape.
+Extent row_extent(TensorId id, const TraceInfo& info) {
+  std::int64_t rows = info.seqlen_q;
+  if (id == TensorId::K || id == TensorId::V || id == TensorId::dK || id == TensorId::dV) rows = info.seqlen_k;
+  if (id == TensorId::O_partial) rows = std::min<std::int64_t>(std::int64_t{info.seqlen_q} * info.seqlen_k, kIntMax);
+  return {rows, "the " + std::to_string(rows) + " rows of " + to_string(id)};
+}
+
+Extent col_extent(TensorId id, const TraceInfo& info) {
+  std::int64_t cols = info.seqlen_k;
+  switch (id) {
+    case TensorId::Q: case TensorId::K: case TensorId::dQ: case TensorId::dK: cols = info.head_dim; break;
+    case TensorId::V: case TensorId::O: case TensorId::dV: case TensorId::dO: case TensorId::O_partial:
+      cols = info.head_dim_v;
+      break;
+    case TensorId::LSE: case TensorId::D: cols = 1; break;
+    default: break;  // S, P, dS, dP, A, the statistics' chunks, X, Y
   }
-  const json& field(const json& object, const char* name, const std::string& where) const {
-    if (!object.is_object()) fail(where, "expected a JSON object");
-    auto it = object.find(name);
-    if (it == object.end()) fail(where, std::string("missing field '") + name + "'");
-    return *it;
+  return {cols, "the " + std::to_string(cols) + " columns of " + to_string(id)};
+}
+
+std::string range_allowed(const Extent& extent) {
+  return "begin >= 0, size >= 0, begin + size <= " + std::to_string(extent.size) + " (" + extent.what + ")";
+}
+
+// The SRAM in use never exceeds M when M is bounded.
+std::int64_t sram_limit(const TraceInfo& info) {
+  return info.sram_capacity_bytes > 0 ? info.sram_capacity_bytes : std::numeric_limits<std::int64_t>::max();
+}
+std::string sram_note(const TraceInfo& info) { return info.sram_capacity_bytes > 0 ? "(M)" : ""; }
+std::string sram_allowed(const TraceInfo& info) {
+  return JsonFields::integer_range(0, sram_limit(info)) + (info.sram_capacity_bytes > 0 ? " " + sram_note(info) : "");
+}
+
+std::string bytes_note() { return "(" + std::to_string(kMaxTraceElementBytes) + " bytes per element of the tile)"; }
+
+json range_json(Range r) { return json::array({r.begin, r.size}); }
+
+// Tiles lie inside their tensor. In int64: begin + size of two ints cannot overflow there.
+void check_ranges(const JsonFields& in, const RecordedEvent& e, const TraceInfo& info, const std::string& where) {
+  for (const auto& [name, range, extent] : {std::tuple{"rows", e.rows, row_extent(e.tensor, info)},
+                                            std::tuple{"cols", e.cols, col_extent(e.tensor, info)}}) {
+    if (range.begin < 0 || range.size < 0 || std::int64_t{range.begin} + range.size > extent.size)
+      in.fail(where, JsonFields::out_of_range(name, range_json(range), range_allowed(extent)));
   }
-  std::int64_t integer(const json& object, const char* name, const std::string& where) const {
+}
+
+// Reading: a file is converted into a Trace with every number checked to fit its field, then
+// validate_trace checks the trace against its header. Every refusal names the input, the place
+// in it ("event 12"), the field and what is allowed.
+class Reader : public JsonFields {
+ public:
+  using JsonFields::JsonFields;
+
+  int small_integer(const json& object, const char* name, const std::string& where, int low = kIntMin) const {
+    return static_cast<int>(integer(object, name, where, low, kIntMax));
+  }
+  // [begin, size], each fitting an int (validate_trace checks the tensor's bounds).
+  Range range(const json& object, const char* name, const std::string& where, const Extent& extent) const {
     const json& value = field(object, name, where);
-    if (!value.is_number_integer()) fail(where, std::string("field '") + name + "' must be an integer");
-    return value.get<std::int64_t>();
+    std::optional<std::int64_t> begin, size;
+    if (value.is_array() && value.size() == 2) begin = exact_integer(value[0]), size = exact_integer(value[1]);
+    if (!begin || !size || *begin < 0 || *size < 0 || *begin > kIntMax || *size > kIntMax)
+      fail(where, out_of_range(name, value, range_allowed(extent)));
+    return {static_cast<int>(*begin), static_cast<int>(*size)};
   }
-  int small_integer(const json& object, const char* name, const std::string& where) const {
-    const std::int64_t value = integer(object, name, where);
-    if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())
-      fail(where, std::string("field '") + name + "' = " + std::to_string(value) + " is out of range");
-    return static_cast<int>(value);
-  }
-  std::string text(const json& object, const char* name, const std::string& where) const {
-    const json& value = field(object, name, where);
-    if (!value.is_string()) fail(where, std::string("field '") + name + "' must be a string");
-    return value.get<std::string>();
-  }
-  bool boolean(const json& object, const char* name, const std::string& where) const {
-    const json& value = field(object, name, where);
-    if (!value.is_boolean()) fail(where, std::string("field '") + name + "' must be true or false");
-    return value.get<bool>();
-  }
-  Range range(const json& object, const char* name, const std::string& where) const {
-    const json& value = field(object, name, where);
-    if (!value.is_array() || value.size() != 2 || !value[0].is_number_integer() || !value[1].is_number_integer())
-      fail(where, std::string("field '") + name + "' must be [begin, size]");
-    const std::int64_t begin = value[0].get<std::int64_t>(), size = value[1].get<std::int64_t>();
-    if (begin < 0 || size < 0 || begin + size > std::numeric_limits<int>::max())
-      fail(where, std::string("field '") + name + "' = [" + std::to_string(begin) + ", " + std::to_string(size) +
-                      "]; allowed: begin >= 0, size >= 0");
-    return {static_cast<int>(begin), static_cast<int>(size)};
-  }
+  // Absent: empty. Numbers within float's range, or the strings of the non-finite floats.
   std::vector<float> floats(const json& object, const char* name, const std::string& where) const {
     std::vector<float> result;
     auto it = object.find(name);
     if (it == object.end()) return result;
-    if (!it->is_array()) fail(where, std::string("field '") + name + "' must be an array of numbers");
+    if (!it->is_array()) fail(where, out_of_range(name, *it, "an array of numbers"));
     result.reserve(it->size());
     for (const json& v : *it) {
-      if (v.is_number()) {
+      if (v.is_number() && std::fabs(v.get<double>()) <= std::numeric_limits<float>::max()) {
         result.push_back(v.get<float>());
       } else if (v == "-inf") {
         result.push_back(-std::numeric_limits<float>::infinity());
@@ -209,7 +245,8 @@ class Reader {
       } else if (v == "nan") {
         result.push_back(std::numeric_limits<float>::quiet_NaN());
       } else {
-        fail(where, std::string("field '") + name + "' holds " + v.dump() + "; allowed: numbers, \"inf\", \"-inf\", \"nan\"");
+        fail(where, std::string("field '") + name + "' holds " + shown(v) +
+                        "; allowed: numbers within float's range (|x| <= 3.4e38), \"inf\", \"-inf\", \"nan\"");
       }
     }
     return result;
@@ -223,40 +260,127 @@ class Reader {
       fail(where, error.what());
     }
   }
-
- private:
-  std::string source_;
 };
 
-RecordedEvent event_from_json(const Reader& in, const json& j, const std::string& where) {
+RecordedEvent event_from_json(const Reader& in, const json& j, const TraceInfo& info, const std::string& where) {
   RecordedEvent e;
   e.kind = in.named(j, "kind", where, event_kind_from_string);
-  e.sram_bytes = in.integer(j, "sram", where);
+  e.sram_bytes = in.integer(j, "sram", where, 0, sram_limit(info), sram_note(info));
   if (e.kind == EventKind::line) {
-    e.line = in.small_integer(j, "line", where);
+    e.line = in.small_integer(j, "line", where, 0);
     return e;
   }
   e.tensor = in.named(j, "tensor", where, tensor_from_string);
-  e.rows = in.range(j, "rows", where);
-  e.cols = in.range(j, "cols", where);
+  e.rows = in.range(j, "rows", where, row_extent(e.tensor, info));
+  e.cols = in.range(j, "cols", where, col_extent(e.tensor, info));
+  check_ranges(in, e, info, where);  // the tile's size is now bounded by the header's
   if (j.contains("op")) e.op = in.text(j, "op", where);
-  e.bytes = in.integer(j, "bytes", where);
+  e.bytes = in.integer(j, "bytes", where, 0, e.elements() * kMaxTraceElementBytes, bytes_note());
   e.row_max = in.floats(j, "row_max", where);
   e.row_sum = in.floats(j, "row_sum", where);
   e.rescale = in.floats(j, "rescale", where);
   e.values = in.floats(j, "values", where);
-  if (!e.values.empty() && static_cast<std::int64_t>(e.values.size()) != e.elements())
-    in.fail(where, "'values' holds " + std::to_string(e.values.size()) + " numbers for a " + std::to_string(e.rows.size) +
-                       " x " + std::to_string(e.cols.size) + " tile");
-  for (const auto* stats : {&e.row_max, &e.row_sum, &e.rescale}) {
-    if (!stats->empty() && static_cast<int>(stats->size()) != e.rows.size)
-      in.fail(where, "softmax statistics hold " + std::to_string(stats->size()) + " rows for a block of " +
-                         std::to_string(e.rows.size) + " rows");
-  }
   return e;
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Checking a trace against its header
+
+namespace {
+
+Problem problem_of(const TraceInfo& info) {
+  Problem problem;
+  problem.seqlen_q = info.seqlen_q;
+  problem.seqlen_k = info.seqlen_k;
+  problem.head_dim = info.head_dim;
+  problem.head_dim_v = info.head_dim_v;
+  problem.dtype = info.dtype;
+  problem.mask = info.mask;
+  return problem;
+}
+
+void check_event(const JsonFields& in, const RecordedEvent& e, const TraceInfo& info, const std::string& where) {
+  if (e.sram_bytes < 0 || e.sram_bytes > sram_limit(info))
+    in.fail(where, JsonFields::out_of_range("sram", e.sram_bytes, sram_allowed(info)));
+  if (e.kind == EventKind::line) {
+    if (e.line < 0) in.fail(where, JsonFields::out_of_range("line", e.line, JsonFields::integer_range(0, kIntMax)));
+    return;
+  }
+  check_ranges(in, e, info, where);
+  const std::int64_t most_bytes = e.elements() * kMaxTraceElementBytes;
+  if (e.bytes < 0 || e.bytes > most_bytes)
+    in.fail(where, JsonFields::out_of_range("bytes", e.bytes, JsonFields::integer_range(0, most_bytes) + " " + bytes_note()));
+  if (!e.values.empty() && static_cast<std::int64_t>(e.values.size()) != e.elements())
+    in.fail(where, "field 'values' holds " + std::to_string(e.values.size()) + " numbers for a " +
+                       std::to_string(e.rows.size) + " x " + std::to_string(e.cols.size) + " tile");
+  const std::pair<const char*, const std::vector<float>*> statistics[] = {
+      {"row_max", &e.row_max}, {"row_sum", &e.row_sum}, {"rescale", &e.rescale}};
+  const bool any = !e.row_max.empty() || !e.row_sum.empty() || !e.rescale.empty();
+  if (any && e.kind != EventKind::softmax_update)
+    in.fail(where, std::string("a ") + to_string(e.kind) + " event holds softmax statistics; allowed: softmax updates only");
+  for (const auto& [name, values] : statistics) {
+    if (!any) break;
+    if (values->empty() && e.rows.size > 0)
+      in.fail(where, std::string("field '") + name +
+                         "' is missing; allowed: row_max, row_sum and rescale together (data runs), or none");
+    if (static_cast<int>(values->size()) != e.rows.size)
+      in.fail(where, std::string("field '") + name + "' holds " + std::to_string(values->size()) +
+                         " rows for a block of " + std::to_string(e.rows.size) + " rows");
+  }
+}
+
+// The loader's refusals are TraceFormatErrors, whichever check made them.
+template <class Read>
+auto as_format_error(Read read) {
+  try {
+    return read();
+  } catch (const TraceFormatError&) {
+    throw;
+  } catch (const JsonInputError& error) {
+    throw TraceFormatError(error.what());
+  }
+}
+
+void check_trace(const Trace& trace, const std::string& source) {
+  const JsonFields in(source);
+  const TraceInfo& info = trace.info;
+  try {
+    problem_of(info).validate();
+  } catch (const std::invalid_argument& error) {
+    in.fail("problem", error.what());
+  }
+  for (const auto& [name, value] : {std::pair{"block_rows", info.block_rows}, std::pair{"block_cols", info.block_cols}}) {
+    if (value < 1) in.fail("top level", JsonFields::out_of_range(name, value, JsonFields::integer_range(1, kIntMax)));
+  }
+  if (info.sram_capacity_bytes < 0)
+    in.fail("top level", JsonFields::out_of_range("sram_capacity_bytes", info.sram_capacity_bytes,
+                                                  JsonFields::integer_range(0, std::numeric_limits<std::int64_t>::max())));
+  if (trace.events.size() > kMaxTraceEvents)
+    in.fail("events", std::to_string(trace.events.size()) + " events; allowed: at most " + std::to_string(kMaxTraceEvents));
+  // The softmax panel reads the statistics of every update of a block: all carry them or none.
+  const RecordedEvent* first_update = nullptr;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const RecordedEvent& e = trace.events[i];
+    const std::string where = "event " + std::to_string(i);
+    check_event(in, e, info, where);
+    if (e.kind != EventKind::softmax_update || e.rows.size == 0) continue;
+    if (!first_update) {
+      first_update = &e;
+    } else if (first_update->row_max.empty() != e.row_max.empty()) {
+      in.fail(where, std::string("a softmax update ") + (e.row_max.empty() ? "without" : "with") +
+                         " statistics after one " + (e.row_max.empty() ? "with" : "without") +
+                         "; allowed: statistics on every softmax update (data runs) or on none");
+    }
+  }
+}
+
+}  // namespace
+
+void validate_trace(const Trace& trace, const std::string& source) {
+  as_format_error([&] { check_trace(trace, source); });
+}
 
 std::string trace_to_json_text(const Trace& trace, int indent) {
   const TraceInfo& info = trace.info;
@@ -284,64 +408,52 @@ std::string trace_to_json_text(const Trace& trace, int indent) {
 }
 
 Trace trace_from_json_text(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& error) {
-    throw TraceFormatError(source + ": not valid JSON (" + error.what() + ")");
-  }
-  const Reader in(source);
-  if (!j.is_object() || !j.contains("format") || j["format"] != kTraceFormatName)
-    in.fail("top level", std::string("not a FlashLab trace (expected \"format\": \"") + kTraceFormatName + "\")");
-  const std::int64_t version = in.integer(j, "version", "top level");
-  if (version != kTraceFormatVersion)
-    in.fail("top level", "trace format version " + std::to_string(version) + "; this build reads version " +
-                             std::to_string(kTraceFormatVersion) + " (record the trace again with this build)");
+  return as_format_error([&] {
+    const json j = parse_json_input(text, source);
+    const Reader in(source);
+    if (!j.is_object() || !j.contains("format") || j["format"] != kTraceFormatName)
+      in.fail("top level", std::string("not a FlashLab trace (expected \"format\": \"") + kTraceFormatName + "\")");
+    in.version(j, "top level", "trace", kTraceFormatVersion, "record the trace again with this build");
 
-  Trace trace;
-  TraceInfo& info = trace.info;
-  info.schedule = in.text(j, "schedule", "top level");
-  const json& problem = in.field(j, "problem", "top level");
-  info.seqlen_q = in.small_integer(problem, "seqlen_q", "problem");
-  info.seqlen_k = in.small_integer(problem, "seqlen_k", "problem");
-  info.head_dim = in.small_integer(problem, "head_dim", "problem");
-  info.head_dim_v = in.small_integer(problem, "head_dim_v", "problem");
-  if (info.seqlen_q < 1 || info.seqlen_k < 1 || info.head_dim < 1 || info.head_dim_v < 1)
-    in.fail("problem", "seqlen_q, seqlen_k, head_dim and head_dim_v must be >= 1");
-  info.dtype = in.named(problem, "dtype", "problem", dtype_from_string);
-  const json& mask = in.field(problem, "mask", "problem");
-  info.mask.causal = in.boolean(mask, "causal", "problem.mask");
-  const std::string alignment = in.text(mask, "alignment", "problem.mask");
-  if (alignment != "top_left" && alignment != "bottom_right")
-    in.fail("problem.mask", "alignment '" + alignment + "'; allowed: top_left, bottom_right");
-  info.mask.alignment = alignment == "top_left" ? CausalAlignment::top_left : CausalAlignment::bottom_right;
-  info.mask.window_left = in.small_integer(mask, "window_left", "problem.mask");
-  info.mask.window_right = in.small_integer(mask, "window_right", "problem.mask");
-  info.sram_capacity_bytes = in.integer(j, "sram_capacity_bytes", "top level");
-  info.block_rows = in.small_integer(j, "block_rows", "top level");
-  info.block_cols = in.small_integer(j, "block_cols", "top level");
+    Trace trace;
+    TraceInfo& info = trace.info;
+    info.schedule = in.text(j, "schedule", "top level");
+    const json& problem = in.field(j, "problem", "top level");
+    info.seqlen_q = in.small_integer(problem, "seqlen_q", "problem", 1);
+    info.seqlen_k = in.small_integer(problem, "seqlen_k", "problem", 1);
+    info.head_dim = in.small_integer(problem, "head_dim", "problem", 1);
+    info.head_dim_v = in.small_integer(problem, "head_dim_v", "problem", 1);
+    info.dtype = in.named(problem, "dtype", "problem", dtype_from_string);
+    const json& mask = in.field(problem, "mask", "problem");
+    info.mask.causal = in.boolean(mask, "causal", "problem.mask");
+    const std::string alignment = in.text(mask, "alignment", "problem.mask");
+    if (alignment != "top_left" && alignment != "bottom_right")
+      in.fail("problem.mask", "alignment '" + alignment + "'; allowed: top_left, bottom_right");
+    info.mask.alignment = alignment == "top_left" ? CausalAlignment::top_left : CausalAlignment::bottom_right;
+    info.mask.window_left = in.small_integer(mask, "window_left", "problem.mask");
+    info.mask.window_right = in.small_integer(mask, "window_right", "problem.mask");
+    info.sram_capacity_bytes = in.integer(j, "sram_capacity_bytes", "top level", 0, std::numeric_limits<std::int64_t>::max());
+    info.block_rows = in.small_integer(j, "block_rows", "top level", 1);
+    info.block_cols = in.small_integer(j, "block_cols", "top level", 1);
 
-  const json& events = in.field(j, "events", "top level");
-  if (!events.is_array()) in.fail("top level", "field 'events' must be an array");
-  trace.events.reserve(events.size());
-  for (std::size_t i = 0; i < events.size(); ++i)
-    trace.events.push_back(event_from_json(in, events[i], "event " + std::to_string(i)));
-  return trace;
+    const json& events = in.field(j, "events", "top level");
+    if (!events.is_array()) in.fail("top level", JsonFields::out_of_range("events", events, "an array of events"));
+    if (events.size() > kMaxTraceEvents)
+      in.fail("events", std::to_string(events.size()) + " events; allowed: at most " + std::to_string(kMaxTraceEvents));
+    trace.events.reserve(events.size());
+    for (std::size_t i = 0; i < events.size(); ++i)
+      trace.events.push_back(event_from_json(in, events[i], info, "event " + std::to_string(i)));
+    check_trace(trace, source);
+    return trace;
+  });
 }
 
-void save_trace(const std::string& path, const Trace& trace) {
-  std::ofstream file(path);
-  if (!file) throw std::runtime_error("cannot write trace file " + path);
-  file << trace_to_json_text(trace) << '\n';
-  if (!file) throw std::runtime_error("writing trace file " + path + " failed");
-}
+void save_trace(const std::string& path, const Trace& trace) { write_output_file(path, trace_to_json_text(trace) + "\n"); }
 
 Trace load_trace(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error("cannot open trace file " + path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return trace_from_json_text(text.str(), "trace file " + path);
+  const std::string source = "trace file " + path;
+  const std::string text = as_format_error([&] { return read_input_file(path, kMaxTraceFileBytes, source); });
+  return trace_from_json_text(text, source);
 }
 
 TraceInfo trace_info(const std::string& schedule, const Problem& problem, std::int64_t sram_capacity_bytes,

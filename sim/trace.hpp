@@ -24,12 +24,19 @@
 #include "algorithms/problem.hpp"
 #include "algorithms/tensors.hpp"
 #include "algorithms/tile_memory.hpp"
+#include "json_input.hpp"
 
 namespace flashlab {
 
 // The JSON layout written by this build. A reader accepts exactly this version.
 inline constexpr int kTraceFormatVersion = 1;
 inline constexpr const char* kTraceFormatName = "flashlab-trace";
+
+// What a trace may hold. A trace file is untrusted input: the loader refuses more than this, by
+// name, before anything reads the events (the header's sizes are bounded by Problem::validate).
+inline constexpr std::size_t kMaxTraceEvents = 1'000'000;       // the recorder's default bound
+inline constexpr std::int64_t kMaxTraceFileBytes = 512 << 20;   // a 1M-event trace is ~150 MB without values
+inline constexpr std::int64_t kMaxTraceElementBytes = 4;        // no tile element is wider than fp32
 
 // One event as stored: a TraceEvent that owns its strings, so it outlives the run and survives a
 // JSON round trip.
@@ -58,7 +65,7 @@ struct TraceInfo {
   DType dtype = DType::fp32;
   Mask mask;
   std::int64_t sram_capacity_bytes = 0;  // M in bytes; 0: unbounded
-  int block_rows = 0;                    // the schedule's tiling; 0: not applicable
+  int block_rows = 0;                    // the schedule's tiling (a file holds >= 1)
   int block_cols = 0;
   bool operator==(const TraceInfo&) const;
 };
@@ -80,14 +87,15 @@ class TraceOverflow : public std::runtime_error {
 };
 
 // A trace file that cannot be read: not JSON, not a trace, another version, or a bad field.
-class TraceFormatError : public std::runtime_error {
+// Bad input (a std::invalid_argument, through JsonInputError).
+class TraceFormatError : public JsonInputError {
  public:
-  using std::runtime_error::runtime_error;
+  using JsonInputError::JsonInputError;
 };
 
 class TraceRecorder : public TraceSink {
  public:
-  static constexpr std::size_t kDefaultMaxEvents = 1'000'000;
+  static constexpr std::size_t kDefaultMaxEvents = kMaxTraceEvents;
 
   // max_events: the bound on stored events, 1..kMaxTraceEvents. value_elements_limit: compute
   // events of score and probability tiles (S, P) with at most this many elements keep their
@@ -119,11 +127,21 @@ class TraceRecorder : public TraceSink {
 // JSON text of a trace (see docs/visualizer.md for the layout), and back. Non-finite floats
 // (the running max of a fully masked row is -inf) are written as the strings "-inf", "inf", "nan".
 std::string trace_to_json_text(const Trace& trace, int indent = -1);
-// source names the input in error messages ("trace file fa2.json").
+// source names the input in error messages ("trace file fa2.json"). The trace read is checked
+// by validate_trace.
 Trace trace_from_json_text(const std::string& text, const std::string& source = "trace");
 
-// Files. Throws std::runtime_error when the file cannot be opened or written, TraceFormatError
-// when its content is not a trace of this version.
+// Throws TraceFormatError, naming source, the event, the field and what is allowed, unless the
+// trace is one a schedule could have recorded in shape: at most kMaxTraceEvents events; a header
+// that is a valid Problem with block sizes >= 1; every tile inside its tensor's shape (rows and
+// columns of the header's sequences and head dims); bytes >= 0 and at most what the tile holds;
+// SRAM in use >= 0 and within M when M is bounded; values sized to their tile; softmax updates
+// carrying row_max, row_sum and rescale together, sized to their block, on all updates or none.
+void validate_trace(const Trace& trace, const std::string& source = "trace");
+
+// Files. save_trace writes through sim/output_file.hpp (whole or not at all; throws
+// OutputFileError). load_trace throws TraceFormatError when the file cannot be read (missing,
+// a directory, over kMaxTraceFileBytes) or is not a valid trace of this version.
 void save_trace(const std::string& path, const Trace& trace);
 Trace load_trace(const std::string& path);
 

@@ -56,7 +56,8 @@ struct AppState {
 void run_lanes(AppState& app);
 // Replays a trace file in lane 0; a bad file leaves a message naming the problem.
 void load_lane_trace(AppState& app, const std::string& path);
-// Puts a trace into a lane: resets its cursor and derived views.
+// Puts a trace into a lane: resets its cursor and derived views. The trace has passed
+// check_replayable (record_trace and load_replay_trace see to it).
 void set_lane_trace(Lane& lane, Trace trace, std::optional<Counters> counted);
 // Advances playback by the frame's time and refreshes each lane's state.
 void update_lanes(AppState& app, float seconds);

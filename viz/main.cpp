@@ -16,13 +16,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
-#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "app.hpp"
 #include "sim/decimal.hpp"
+#include "sim/output_file.hpp"
 
 using namespace flashlab;
 using namespace flashlab::viz;
@@ -133,8 +134,10 @@ Options parse_options(int argc, char** argv) {
 void prepare(AppState& app, const Options& o) {
   app.request = o.request;
   app.lanes[0].schedule = o.request.schedule;
+  for (const std::string* path : {&o.save_trace_path, &o.screenshot_path, &o.layout_path})
+    if (!path->empty()) check_output_path(*path);
   if (!o.trace_path.empty()) {
-    set_lane_trace(app.lanes[0], load_trace(o.trace_path), std::nullopt);
+    set_lane_trace(app.lanes[0], load_replay_trace(o.trace_path), std::nullopt);
     return;
   }
   app.compare = !o.compare.empty();
@@ -148,22 +151,30 @@ void prepare(AppState& app, const Options& o) {
 // ---------------------------------------------------------------------------------------------
 // Headless output
 
-bool write_screenshot(const std::string& path, int width, int height) {
+// Throws OutputFileError (sim/output_file.hpp) when the file cannot be written.
+void write_screenshot(const std::string& path, int width, int height) {
   std::vector<unsigned char> pixels(static_cast<std::size_t>(width) * height * 4);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
   glReadBuffer(GL_BACK);
   glReadPixels(0, 0, width, height, GL_RGBA, GL_UNSIGNED_BYTE, pixels.data());
   stbi_flip_vertically_on_write(1);  // OpenGL's first row is the bottom one
-  return stbi_write_png(path.c_str(), width, height, 4, pixels.data(), width * 4) != 0;
+  std::string png;
+  const auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<std::size_t>(size));
+  };
+  if (!stbi_write_png_to_func(append, &png, width, height, 4, pixels.data(), width * 4))
+    throw OutputFileError("output file " + path + ": the PNG could not be encoded");
+  write_output_file(path, png);
 }
 
 void write_layout(const std::string& path, const AppState& app, int width, int height, float scale_x, float scale_y) {
   const Lane& lane = app.lanes[0];
   const ImVec4 r = lane.score_grid_rect;
-  std::ofstream file(path);
-  file << "{\"framebuffer\": [" << width << ", " << height << "], \"position\": " << lane.cursor.position()
+  std::ostringstream text;
+  text << "{\"framebuffer\": [" << width << ", " << height << "], \"position\": " << lane.cursor.position()
        << ", \"events\": " << lane.cursor.size() << ", \"score_grid\": [" << int(r.x * scale_x) << ", "
        << int(r.y * scale_y) << ", " << int(r.z * scale_x) << ", " << int(r.w * scale_y) << "]}\n";
+  write_output_file(path, text.str());
 }
 
 // Where score (row, col) of a lane was drawn in the last frame.
@@ -244,12 +255,14 @@ int main(int argc, char** argv) {
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 
     if (headless && ++frame >= options.frames) {
-      if (!write_screenshot(options.screenshot_path, width, height)) {
-        std::fprintf(stderr, "flashlab_viz: cannot write %s\n", options.screenshot_path.c_str());
-        exit_status = 1;
+      try {
+        write_screenshot(options.screenshot_path, width, height);
+        if (!options.layout_path.empty())
+          write_layout(options.layout_path, app, width, height, width / io.DisplaySize.x, height / io.DisplaySize.y);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "flashlab_viz: %s\n", error.what());
+        exit_status = 2;
       }
-      if (!options.layout_path.empty())
-        write_layout(options.layout_path, app, width, height, width / io.DisplaySize.x, height / io.DisplaySize.y);
       break;
     }
     glfwSwapBuffers(window);

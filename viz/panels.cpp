@@ -204,7 +204,7 @@ void run_lanes(AppState& app) {
 
 void load_lane_trace(AppState& app, const std::string& path) {
   try {
-    set_lane_trace(app.lanes[0], load_trace(path), std::nullopt);
+    set_lane_trace(app.lanes[0], load_replay_trace(path), std::nullopt);
     app.compare = false;
     app.relayout = true;
     app.message = "replaying " + path;
@@ -775,23 +775,27 @@ void ShowSoftmaxState(Lane& lane, const char* title, bool* open) {
     ImGui::TableSetupColumn("sum l");
     ImGui::TableSetupColumn("rescale exp(m_old - m_new)");
     ImGui::TableHeadersRow();
-    for (int r = 0; r < history.rows.size; ++r) {
-      ImGui::TableNextRow();
-      if (r == lane.softmax_row) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(70, 60, 30, 255));
-      ImGui::TableSetColumnIndex(0);
-      ImGui::Text("%d", history.rows.begin + r);
-      ImGui::TableSetColumnIndex(1);
-      ImGui::Text("%.4f", latest.row_max[r]);
-      ImGui::TableSetColumnIndex(2);
-      ImGui::Text("%.4f", latest.row_sum[r]);
-      ImGui::TableSetColumnIndex(3);
-      const float rescale = latest.rescale[r];
-      if (rescale == 0.0f) {
-        ImGui::Text("%.4f  (first visible keys)", rescale);
-      } else if (rescale < 1.0f) {
-        ImGui::TextColored(ImVec4(1.0f, 0.7f, 0.2f, 1.0f), "%.4f  (max rose)", rescale);
-      } else {
-        ImGui::Text("%.4f", rescale);
+    ImGuiListClipper clipper;  // only the rows in view are submitted: a block can have thousands
+    clipper.Begin(history.rows.size);
+    while (clipper.Step()) {
+      for (int r = clipper.DisplayStart; r < clipper.DisplayEnd; ++r) {
+        ImGui::TableNextRow();
+        if (r == lane.softmax_row) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg0, IM_COL32(70, 60, 30, 255));
+        ImGui::TableSetColumnIndex(0);
+        ImGui::Text("%d", history.rows.begin + r);
+        ImGui::TableSetColumnIndex(1);
+        ImGui::Text("%.4f", latest.row_max[r]);
+        ImGui::TableSetColumnIndex(2);
+        ImGui::Text("%.4f", latest.row_sum[r]);
+        ImGui::TableSetColumnIndex(3);
+        const float rescale = latest.rescale[r];
+        if (rescale == 0.0f) {
+          ImGui::Text("%.4f  (first visible keys)", rescale);
+        } else if (rescale < 1.0f) {
+          ImGui::TextColored(ImVec4(1.0f, 0.7f, 0.2f, 1.0f), "%.4f  (max rose)", rescale);
+        } else {
+          ImGui::Text("%.4f", rescale);
+        }
       }
     }
     ImGui::EndTable();

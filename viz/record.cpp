@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "replay.hpp"
+
 namespace flashlab::viz {
 
 const char* to_string(MaskChoice mask) {
@@ -61,7 +63,9 @@ Recording record_trace(const RecordRequest& request) {
     throw std::invalid_argument(too_large("this problem", std::to_string(recorder.seen_events()) +
                                                               " events, more than the " +
                                                               std::to_string(kMaxAnimatedEvents) + " an animation keeps"));
-  return {recorder.finish(std::move(info)), run.counters};
+  Trace trace = recorder.finish(std::move(info));
+  check_replayable(trace, "the recorded trace");  // holds by the limits above; every lane's trace passes it
+  return {std::move(trace), run.counters};
 }
 
 std::vector<std::string> schedule_names() {

@@ -9,15 +9,9 @@
 
 #include "sim/schedules.hpp"
 #include "sim/trace.hpp"
+#include "limits.hpp"
 
 namespace flashlab::viz {
-
-// Animation is for problems a person can follow tile by tile; larger ones belong to the
-// shape-only sweep (`flashlab sweep`), which counts without keeping events.
-inline constexpr int kMaxAnimatedSeqlen = 1024;
-inline constexpr std::size_t kMaxAnimatedEvents = 400'000;
-// S and P tiles up to this many elements keep their values, for the hover tooltip.
-inline constexpr std::int64_t kRecordedTileValues = 128 * 128;
 
 enum class MaskChoice { none, causal, window };
 const char* to_string(MaskChoice mask);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace flashlab::viz {
 
@@ -84,43 +86,46 @@ bool allocates(const Trace& trace, std::size_t index) {
   return e.sram_bytes - before == e.bytes && e.bytes > 0;
 }
 
+void apply_event(TraceState& state, const Trace& trace, std::size_t index) {
+  const RecordedEvent& e = trace.events[index];
+  TensorTraffic& traffic = state.traffic[static_cast<int>(e.tensor)];
+  switch (e.kind) {
+    case EventKind::load:
+      traffic.hbm_read_elements += e.elements();
+      traffic.hbm_read_bytes += e.bytes;
+      ++state.loads;
+      break;
+    case EventKind::store:
+      traffic.hbm_write_elements += e.elements();
+      traffic.hbm_write_bytes += e.bytes;
+      ++state.stores;
+      break;
+    case EventKind::free: {
+      // Tiles with the same tensor and position are interchangeable here: free the newest.
+      auto it = std::find_if(state.sram.rbegin(), state.sram.rend(), [&](const LiveTile& t) {
+        return t.tensor == e.tensor && t.rows == e.rows && t.cols == e.cols;
+      });
+      if (it != state.sram.rend()) state.sram.erase(std::next(it).base());
+      break;
+    }
+    case EventKind::line:
+      state.line = e.line;
+      break;
+    case EventKind::compute:
+    case EventKind::softmax_update:
+      break;
+  }
+  if (allocates(trace, index)) state.sram.push_back({e.tensor, e.rows, e.cols, e.bytes, index});
+  state.sram_bytes = e.sram_bytes;
+  state.sram_peak_bytes = std::max(state.sram_peak_bytes, e.sram_bytes);
+  state.position = index + 1;
+  state.last = &e;
+}
+
 TraceState state_at(const Trace& trace, std::size_t position) {
   TraceState state;
-  state.position = std::min(position, trace.events.size());
-  for (std::size_t i = 0; i < state.position; ++i) {
-    const RecordedEvent& e = trace.events[i];
-    TensorTraffic& traffic = state.traffic[static_cast<int>(e.tensor)];
-    switch (e.kind) {
-      case EventKind::load:
-        traffic.hbm_read_elements += e.elements();
-        traffic.hbm_read_bytes += e.bytes;
-        ++state.loads;
-        break;
-      case EventKind::store:
-        traffic.hbm_write_elements += e.elements();
-        traffic.hbm_write_bytes += e.bytes;
-        ++state.stores;
-        break;
-      case EventKind::free: {
-        // Tiles with the same tensor and position are interchangeable here: free the newest.
-        auto it = std::find_if(state.sram.rbegin(), state.sram.rend(), [&](const LiveTile& t) {
-          return t.tensor == e.tensor && t.rows == e.rows && t.cols == e.cols;
-        });
-        if (it != state.sram.rend()) state.sram.erase(std::next(it).base());
-        break;
-      }
-      case EventKind::line:
-        state.line = e.line;
-        break;
-      case EventKind::compute:
-      case EventKind::softmax_update:
-        break;
-    }
-    if (allocates(trace, i)) state.sram.push_back({e.tensor, e.rows, e.cols, e.bytes, i});
-    state.sram_bytes = e.sram_bytes;
-    state.sram_peak_bytes = std::max(state.sram_peak_bytes, e.sram_bytes);
-  }
-  if (state.position > 0) state.last = &trace.events[state.position - 1];
+  position = std::min(position, trace.events.size());
+  for (std::size_t i = 0; i < position; ++i) apply_event(state, trace, i);
   return state;
 }
 
@@ -194,6 +199,11 @@ ScoreGrid build_score_grid(const Trace& trace) {
     std::sort(edges->begin(), edges->end());
     edges->erase(std::unique(edges->begin(), edges->end()), edges->end());
   }
+  const std::int64_t cells = std::int64_t{grid.row_cells()} * grid.col_cells();
+  if (cells > kMaxScoreCells)
+    throw std::invalid_argument("the score grid would have " + std::to_string(grid.row_cells()) + " x " +
+                                std::to_string(grid.col_cells()) + " = " + std::to_string(cells) +
+                                " cells (one per distinct tile edge); allowed: at most " + std::to_string(kMaxScoreCells));
   grid.first_computed.assign(static_cast<std::size_t>(grid.row_cells()) * grid.col_cells(), ScoreGrid::kNever);
   for (std::size_t i : made) {
     const RecordedEvent& e = trace.events[i];
@@ -243,6 +253,45 @@ std::optional<TileValues> score_tile_values(const Trace& trace, std::size_t posi
       return TileValues{e.tensor, e.rows, e.cols, &e.values, i};
   }
   return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] The visualizer's limits
+
+void check_replayable(const Trace& trace, const std::string& source) {
+  const TraceInfo& info = trace.info;
+  auto refuse = [&](const std::string& what) { throw std::invalid_argument(source + ": " + what); };
+  for (const auto& [name, value] : {std::pair{"seqlen_q", info.seqlen_q}, std::pair{"seqlen_k", info.seqlen_k}}) {
+    if (value > kMaxReplaySeqlen)
+      refuse(std::string("problem: ") + name + " = " + std::to_string(value) + "; allowed: 1 .. " +
+             std::to_string(kMaxReplaySeqlen) + " for the visualizer (count larger problems with `flashlab sweep`)");
+  }
+  // Within these sequences the products below stay far inside int64.
+  const std::int64_t row_blocks = (std::int64_t{info.seqlen_q} + info.block_rows - 1) / info.block_rows;
+  const std::int64_t col_blocks = (std::int64_t{info.seqlen_k} + info.block_cols - 1) / info.block_cols;
+  if (row_blocks * col_blocks > kMaxReplayTilePairs)
+    refuse("block_rows x block_cols = " + std::to_string(info.block_rows) + " x " + std::to_string(info.block_cols) +
+           " make " + std::to_string(row_blocks) + " x " + std::to_string(col_blocks) + " = " +
+           std::to_string(row_blocks * col_blocks) + " block pairs; allowed: at most " +
+           std::to_string(kMaxReplayTilePairs) + " (the closed form walks every pair)");
+  TraceState state;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    apply_event(state, trace, i);
+    if (state.sram.size() > kMaxLiveTiles)
+      refuse("event " + std::to_string(i) + ": " + std::to_string(state.sram.size()) +
+             " tiles live in SRAM at once; allowed: at most " + std::to_string(kMaxLiveTiles));
+  }
+  try {
+    build_score_grid(trace);
+  } catch (const std::invalid_argument& error) {
+    refuse(error.what());
+  }
+}
+
+Trace load_replay_trace(const std::string& path) {
+  Trace trace = load_trace(path);
+  check_replayable(trace, "trace file " + path);
+  return trace;
 }
 
 }  // namespace flashlab::viz

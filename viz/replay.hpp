@@ -7,14 +7,18 @@
 //   ScoreGrid        - the score matrix as tiles: done, current, pending or skipped by the mask;
 //   softmax_history  - the online-softmax state (m, l, rescale) of the current query block;
 //   score_tile_values - the S and P values a schedule computed for a tile, when recorded.
+// A trace from a file reaches them only through load_replay_trace, which holds it to the
+// visualizer's limits (limits.hpp) after the loader's own checks.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "limits.hpp"
 #include "sim/trace.hpp"
 
 namespace flashlab::viz {
@@ -79,6 +83,8 @@ struct TraceState {
 
 // Replays events [0, position) of the trace (position is clamped to its size).
 TraceState state_at(const Trace& trace, std::size_t position);
+// One step of it: event `index` (the next one) happens to `state`.
+void apply_event(TraceState& state, const Trace& trace, std::size_t index);
 
 // Whether event `index` made a new tile in SRAM (a load, or a compute that allocated its result)
 // rather than updating one in place: SRAM grew by exactly the tile's size.
@@ -117,7 +123,8 @@ struct ScoreGrid {
 };
 
 // Cells are the tiles a schedule made of S (of A when it makes no S), split where tiles of
-// different shapes overlap. A cell no event ever made is skipped by the mask.
+// different shapes overlap. A cell no event ever made is skipped by the mask. Throws
+// std::invalid_argument, before allocating them, when there would be more than kMaxScoreCells.
 ScoreGrid build_score_grid(const Trace& trace);
 
 // ---------------------------------------------------------------------------------------------
@@ -146,5 +153,18 @@ struct TileValues {
 // The latest recorded values of the tensor's tile covering score (row, col), from events before
 // the position; nothing when none was recorded yet.
 std::optional<TileValues> score_tile_values(const Trace& trace, std::size_t position, TensorId tensor, int row, int col);
+
+// ---------------------------------------------------------------------------------------------
+// The visualizer's limits
+
+// Throws std::invalid_argument naming `source`, what is too large and the limit (limits.hpp)
+// unless a frame's work on the trace is bounded: sequences up to kMaxReplaySeqlen, at most
+// kMaxReplayTilePairs block pairs for the closed form, kMaxLiveTiles tiles in SRAM at once and
+// kMaxScoreCells score cells.
+void check_replayable(const Trace& trace, const std::string& source);
+
+// A trace file for a lane: load_trace (which checks it against its header), then
+// check_replayable. Errors name the file.
+Trace load_replay_trace(const std::string& path);
 
 }  // namespace flashlab::viz

@@ -41,6 +41,7 @@
 #include "sim/decimal.hpp"
 #include "sim/experiment.hpp"
 #include "sim/machines.hpp"
+#include "sim/output_file.hpp"
 #include "sim/report.hpp"
 #include "sim/schedules.hpp"
 #include "sim/sweep.hpp"
@@ -56,28 +57,9 @@ struct BadInput : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Writes a whole file or nothing: to a temporary name first, renamed when complete.
-void write_file(const std::string& path, const std::string& content) {
-  const std::string temporary = path + ".partial-" + std::to_string(::getpid());
-  {
-    std::ofstream file(temporary, std::ios::binary);
-    if (!file) throw BadInput("output file " + path + " cannot be written");
-    file << content;
-    if (!file.flush()) {
-      std::filesystem::remove(temporary);
-      throw BadInput("output file " + path + " cannot be written");
-    }
-  }
-  std::filesystem::rename(temporary, path);
-}
-
-// Fails early, before any work, when an output path's directory does not exist.
+// Output paths are checked before any work (sim/output_file.hpp); an empty path: no file.
 void require_writable(const std::string& path) {
-  if (path.empty()) return;
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent)) {
-    throw BadInput("output file " + path + ": directory " + parent.string() + " does not exist");
-  }
+  if (!path.empty()) check_output_path(path);
 }
 
 std::string command_line(int argc, char** argv) {
@@ -236,7 +218,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
       json["errors"] = {{"O", o}, {"LSE", lse}};
     }
   }
-  if (!json_path.empty()) write_file(json_path, json.dump(2) + "\n");
+  if (!json_path.empty()) write_output_file(json_path, json.dump(2) + "\n");
   return exact ? 0 : 1;
 }
 
@@ -288,8 +270,8 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_fits(std::cout, fits);
   std::cout << points.size() << " points in " << std::setprecision(3) << seconds << " s\n";
-  if (!json_path.empty()) write_file(json_path, sweep_to_json(grid, points, fits, machine ? &*machine : nullptr, command).dump(1) + "\n");
-  if (!csv_path.empty()) write_file(csv_path, sweep_to_csv(points, machine ? &*machine : nullptr, command));
+  if (!json_path.empty()) write_output_file(json_path, sweep_to_json(grid, points, fits, machine ? &*machine : nullptr, command).dump(1) + "\n");
+  if (!csv_path.empty()) write_output_file(csv_path, sweep_to_csv(points, machine ? &*machine : nullptr, command));
   return 0;
 }
 
@@ -312,7 +294,7 @@ int command_trace(ProblemOptions& po, const std::string& schedule, bool dtype_gi
   const RunResult result = run_schedule(schedule, problem, options);
   const TraceInfo info = trace_info(schedule, problem, options.sram_bytes, result.blocks.block_rows, result.blocks.block_cols);
   const Trace trace = recorder.finish(info);  // TraceOverflow when the bound was hit: no file
-  write_file(out, trace_to_json_text(trace) + "\n");
+  write_output_file(out, trace_to_json_text(trace) + "\n");
   std::cout << "trace of " << schedule << ": " << trace.events.size() << " events, HBM "
             << human_bytes(static_cast<double>(result.counters.hbm_bytes())) << " -> " << out << "\n";
   return 0;
@@ -383,7 +365,7 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
     for (const kernels::KernelTiling& t : tilings) list.push_back(to_json(t));
     nlohmann::json json{{"format", "flashlab-kernel-tiles"}, {"version", 1}, {"command", command}, {"tilings", list}};
     if (machine) json["machine"] = machine->key, json["shared_limit"] = machine->sram_bytes;
-    write_file(json_path, json.dump(2) + "\n");
+    write_output_file(json_path, json.dump(2) + "\n");
   }
   return 0;
 }
@@ -475,16 +457,17 @@ int main(int argc, char** argv) {
     if (*experiment) {
       const Machine machine = machine_key.empty() ? default_machine() : find_machine(machine_key);
       if (!std::filesystem::is_directory(out_dir)) throw BadInput("--out-dir " + out_dir + " is not a directory");
-      const ExperimentResult result = run_experiment(machine, std::cout);
       const std::string path = (std::filesystem::path(out_dir) / "experiment.json").string();
-      write_file(path, experiment_to_json(result, command).dump(1) + "\n");
+      require_writable(path);
+      const ExperimentResult result = run_experiment(machine, std::cout);
+      write_output_file(path, experiment_to_json(result, command).dump(1) + "\n");
       std::cout << "wrote " << path << "\n";
       return 0;
     }
     if (*figure2) {
       require_writable(json_path);
       const nlohmann::json table = run_figure2(find_machine("a100"), std::cout);
-      if (!json_path.empty()) write_file(json_path, nlohmann::json{{"format", "flashlab-figure2"}, {"version", 1}, {"command", command}, {"rows", table}}.dump(2) + "\n");
+      if (!json_path.empty()) write_output_file(json_path, nlohmann::json{{"format", "flashlab-figure2"}, {"version", 1}, {"command", command}, {"rows", table}}.dump(2) + "\n");
       return 0;
     }
   } catch (const std::invalid_argument& error) {

@@ -43,7 +43,7 @@ TEST_CASE("the machine presets parse and cite a source for every number", "[sim]
   broken["matmul_flops_per_second"] = -1;
   CHECK_THROWS_AS(machine_from_json(broken, "test"), std::invalid_argument);
   CHECK_THROWS_WITH(machine_from_json(broken, "test"),
-                    contains_text("matmul_flops_per_second = -1") && contains_text("allowed: > 0"));
+                    contains_text("field 'matmul_flops_per_second' = -1") && contains_text("allowed: > 0"));
 }
 
 TEST_CASE("the roofline time is the slowest of the four resources", "[sim][machines]") {
