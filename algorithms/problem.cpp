@@ -56,16 +56,19 @@ void require_range(const char* name, long long value, long long low, long long h
   }
 }
 
-void validate_cu_seqlens(const char* name, const std::vector<int>& cu, int batch) {
+// Offsets from 0 in steps of at least 1, each sequence no longer than `seqlen` (the kernels size
+// their grids by it). Compared in 64 bits: the caller's values may be anything.
+void validate_cu_seqlens(const char* name, const std::vector<int>& cu, int batch, int seqlen, const char* seqlen_name) {
   if (static_cast<int>(cu.size()) != batch + 1) {
     bad_input(std::string(name) + " has " + std::to_string(cu.size()) +
               " entries; allowed: batch + 1 = " + std::to_string(batch + 1));
   }
   if (cu.front() != 0) bad_input(std::string(name) + "[0] = " + std::to_string(cu.front()) + "; allowed: 0");
   for (int b = 0; b < batch; ++b) {
-    if (cu[b + 1] - cu[b] < 1) {
-      bad_input(std::string(name) + ": sequence " + std::to_string(b) + " has length " +
-                std::to_string(cu[b + 1] - cu[b]) + "; allowed: >= 1");
+    const long long length = static_cast<long long>(cu[b + 1]) - cu[b];
+    if (length < 1 || length > seqlen) {
+      bad_input(std::string(name) + ": sequence " + std::to_string(b) + " has length " + std::to_string(length) +
+                "; allowed: [1, " + seqlen_name + " = " + std::to_string(seqlen) + "]");
     }
   }
 }
@@ -96,8 +99,13 @@ void Problem::validate() const {
   require_range("seqlen_k", seqlen_k, 1, kMaxLength);
   require_range("head_dim", head_dim, 1, kMaxDim);
   require_range("head_dim_v", head_dim_v, 0, kMaxDim);
-  if (!(softmax_scale >= 0) || !std::isfinite(softmax_scale)) {
-    bad_input("softmax_scale = " + std::to_string(softmax_scale) + "; allowed: finite, > 0 (or 0 for 1/sqrt(head_dim))");
+  // Every consumer computes with the scale in float, and the kernels fold log2(e) < 2 into it.
+  constexpr double kMaxSoftmaxScale = std::numeric_limits<float>::max() / 2.0;
+  if (!(softmax_scale >= 0 && softmax_scale <= kMaxSoftmaxScale)) {
+    std::ostringstream message;
+    message << "softmax_scale = " << softmax_scale << "; allowed: (0, " << kMaxSoftmaxScale
+            << "] (or 0 for 1/sqrt(head_dim))";
+    bad_input(message.str());
   }
   const int window_limit = std::max(seqlen_q, seqlen_k);
   require_range("window_left", mask.window_left, -1, window_limit);
@@ -120,8 +128,8 @@ void Problem::validate() const {
               std::to_string(cu_seqlens_k.size()) + "; allowed: both (batch + 1 entries each) or neither");
   }
   if (varlen()) {
-    validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch);
-    validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch);
+    validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch, seqlen_q, "seqlen_q");
+    validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch, seqlen_k, "seqlen_k");
   }
   const BlockSparsity& sparsity = block_sparsity;
   if (sparsity.enabled() || sparsity.block_cols != 0 || !sparsity.keep.empty()) {
