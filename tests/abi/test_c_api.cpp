@@ -128,7 +128,7 @@ TEST_CASE("C ABI: a valid problem passes every check of every entry", "[abi]") {
   } else {
     REQUIRE_REFUSED(call.forward(3), "no sm_90a code");
   }
-  const Varlen varlen;
+  const Varlen varlen{};
   Call varlen_call;
   varlen.attach(varlen_call);
   CHECK_ACCEPTED(varlen_call.forward(2));
@@ -180,7 +180,7 @@ TEST_CASE("C ABI: a null problem, codes that are not codes, and the scale", "[ab
 }
 
 TEST_CASE("C ABI: varlen offsets, host and device, against batch and seqlen", "[abi]") {
-  const Varlen varlen;
+  const Varlen varlen{};
   Call only_q;
   varlen.attach(only_q);
   only_q.problem.cu_seqlens_k_host = nullptr;
@@ -267,7 +267,7 @@ TEST_CASE("C ABI: null, zero and overflowing strides, null and misaligned data",
   one_batch.problem.batch = 1;
   one_batch.q.strides[0] = one_batch.o.strides[0] = 0;
   CHECK_ACCEPTED(one_batch.forward(2));
-  const Varlen varlen;
+  const Varlen varlen{};
   Call varlen_batch;  // varlen ignores batch_stride
   varlen.attach(varlen_batch);
   varlen_batch.k.strides[0] = 0;
@@ -311,7 +311,7 @@ TEST_CASE("C ABI: outputs that share memory with themselves or another argument"
   Call lse_self;
   lse_self.lse.strides[1] = 0;
   REQUIRE_REFUSED(lse_self.forward(2), "lse.row_stride = 0 with 64 rows");
-  const Varlen varlen;
+  const Varlen varlen{};
   Call offsets_in_o;  // the device offsets are read while o is written
   varlen.attach(offsets_in_o);
   offsets_in_o.problem.cu_seqlens_q_device = static_cast<const int*>(address(4, 64));
