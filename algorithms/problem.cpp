@@ -59,7 +59,9 @@ void require_range(const char* name, long long value, long long low, long long h
   }
 }
 
-void validate_cu_seqlens(const char* name, const std::vector<int>& cu, int batch) {
+// Offsets from 0 in steps of at least 1, each sequence no longer than `seqlen` (the kernels size
+// their grids by it). Compared in 64 bits: the caller's values may be anything.
+void validate_cu_seqlens(const char* name, const std::vector<int>& cu, int batch, int seqlen, const char* seqlen_name) {
   if (cu.size() != static_cast<std::size_t>(batch) + 1) {
     bad_input(std::string(name) + " has " + std::to_string(cu.size()) +
               " entries; allowed: batch + 1 = " + std::to_string(batch + 1));
@@ -67,9 +69,9 @@ void validate_cu_seqlens(const char* name, const std::vector<int>& cu, int batch
   if (cu.front() != 0) bad_input(std::string(name) + "[0] = " + std::to_string(cu.front()) + "; allowed: 0");
   for (int b = 0; b < batch; ++b) {
     const std::int64_t length = std::int64_t{cu[b + 1]} - cu[b];  // int64: offsets may be anything
-    if (length < 1) {
+    if (length < 1 || length > seqlen) {
       bad_input(std::string(name) + ": sequence " + std::to_string(b) + " has length " + std::to_string(length) +
-                "; allowed: >= 1");
+                "; allowed: [1, " + seqlen_name + " = " + std::to_string(seqlen) + "]");
     }
   }
 }
@@ -107,8 +109,13 @@ void Problem::validate() const {
   require_range("seqlen_k", seqlen_k, 1, kMaxSequenceLength);
   require_range("head_dim", head_dim, 1, kMaxHeadDim);
   require_range("head_dim_v", head_dim_v, 0, kMaxHeadDim);
-  if (!(softmax_scale >= 0) || !std::isfinite(softmax_scale)) {
-    bad_input("softmax_scale = " + std::to_string(softmax_scale) + "; allowed: finite, > 0 (or 0 for 1/sqrt(head_dim))");
+  // Every consumer computes with the scale in float, and the kernels fold log2(e) < 2 into it.
+  constexpr double kMaxSoftmaxScale = std::numeric_limits<float>::max() / 2.0;
+  if (!(softmax_scale >= 0 && softmax_scale <= kMaxSoftmaxScale)) {
+    std::ostringstream message;
+    message << "softmax_scale = " << softmax_scale << "; allowed: (0, " << kMaxSoftmaxScale
+            << "] (or 0 for 1/sqrt(head_dim))";
+    bad_input(message.str());
   }
   const int window_limit = std::max(seqlen_q, seqlen_k);
   require_range("window_left", mask.window_left, -1, window_limit);
@@ -131,8 +138,8 @@ void Problem::validate() const {
               std::to_string(cu_seqlens_k.size()) + "; allowed: both (batch + 1 entries each) or neither");
   }
   if (varlen()) {
-    validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch);
-    validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch);
+    validate_cu_seqlens("cu_seqlens_q", cu_seqlens_q, batch, seqlen_q, "seqlen_q");
+    validate_cu_seqlens("cu_seqlens_k", cu_seqlens_k, batch, seqlen_k, "seqlen_k");
   } else {
     require_packed_rows("seqlen_q", batch, seqlen_q);
     require_packed_rows("seqlen_k", batch, seqlen_k);

@@ -101,7 +101,10 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
 
 // ---------------------------------------------------------------------------------------------
 // Checks shared by the rungs (kernels/attention_api.cpp). Each throws std::invalid_argument
-// naming the input and the allowed range.
+// naming the input and the allowed range. Every rung runs the checks that need no device first
+// (the problem, the tensors, the grid) and the device's last, so a call refused for its
+// arguments makes no CUDA call at all (tests/abi/ holds the refusals to that on a machine
+// without a GPU).
 
 // problem.validate() plus the features no kernel implements yet: ALiBi, softcap, block sparsity,
 // dropout, head_dim_v != head_dim, fp32 tensors.
@@ -115,14 +118,39 @@ int max_shared_bytes_per_block();
 // Non-null data, alignment to `alignment_bytes`, strides multiples of `stride_multiple` elements.
 void require_tensor(const DeviceTensor& tensor, const char* tensor_name, const char* kernel_name,
                     std::size_t alignment_bytes, int stride_multiple);
+
+// One tensor argument of a call with the extents the call addresses (varlen: one batch of packed
+// rows). Outputs are written, so they must not share memory with any other argument.
+struct TensorArgument {
+  const char* name;
+  DeviceTensor tensor;
+  std::int64_t batches, rows, heads, columns;
+  int element_bytes;
+  bool output;
+};
+// The layouts and their aliasing: a positive stride wherever an extent exceeds 1; the highest
+// byte offset within int64 and the address space; outputs with no two elements at one address;
+// no output overlapping another argument (address ranges that meet are refused unless both have
+// the same strides and extents and no element meets, as in a packed qkv or dqkv buffer).
+void require_tensor_arguments(const TensorArgument* arguments, std::size_t count, const char* kernel_name);
 // The tensors every forward kernel reads and writes: require_tensor on q, k, v and o (with
-// `alignment_bytes` and `stride_multiple`) and on lse (4 bytes, 1), and the device cu_seqlens
-// arrays of a varlen problem.
+// `alignment_bytes` and `stride_multiple`) and on lse (4 bytes, 1), their layouts and aliasing
+// (require_tensor_arguments), and the device cu_seqlens arrays of a varlen problem.
 void require_forward_args(const Problem& problem, const ForwardArgs& args, const char* kernel_name,
                           std::size_t alignment_bytes, int stride_multiple);
+// The same for the backward's q, k, v, o, d_o (read), dq, dk, dv (written) and lse.
+void require_backward_args(const Problem& problem, const BackwardArgs& args, const char* kernel_name,
+                           std::size_t alignment_bytes, int stride_multiple);
 // Device copies of the cu_seqlens arrays when the problem is varlen.
 void require_varlen_offsets(const Problem& problem, const int* cu_seqlens_q, const int* cu_seqlens_k,
                             const char* kernel_name);
+// A launch grid within CUDA's limits (x < 2^31, y and z <= 65535); each dimension is named by
+// what it counts ("batch", "heads_q", "query blocks"), so a refusal names the input that set it.
+struct GridDimension {
+  std::int64_t blocks;
+  const char* counts;
+};
+void require_grid(const char* kernel_name, GridDimension x, GridDimension y, GridDimension z);
 // Throws std::runtime_error naming the kernel if a CUDA call failed (cudaGetLastError after launch).
 void check_cuda(cudaError_t status, const char* what);
 

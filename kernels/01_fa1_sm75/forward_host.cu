@@ -45,13 +45,14 @@ void fa1_forward(const Problem& problem, const ForwardArgs& args) {
     throw std::invalid_argument(std::string(kName) + ": head_dim = " + std::to_string(problem.head_dim) +
                                 " is not supported; allowed: [1, " + std::to_string(fa1::kForwardMaxHeadDim) + "]");
   }
-  require_compute_capability(7, 5, kName);
   require_forward_args(problem, args, kName, 2, 1);
+  require_grid(kName, {problem.heads_q, "heads_q"}, {problem.batch, "batch"}, {1, "unused"});
   const std::size_t workspace_bytes = fa1_forward_workspace_bytes(problem);
   if (args.workspace != nullptr && args.workspace_bytes < workspace_bytes) {
     throw std::invalid_argument(std::string(kName) + ": workspace_bytes = " + std::to_string(args.workspace_bytes) +
                                 "; allowed: >= fa1_forward_workspace_bytes() = " + std::to_string(workspace_bytes));
   }
+  require_compute_capability(7, 5, kName);  // the device last: a refused argument makes no CUDA call
 
   fa1::ForwardParams params{};
   static_cast<AttentionParams&>(params) = make_attention_params(problem, args);

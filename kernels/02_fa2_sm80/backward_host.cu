@@ -49,21 +49,18 @@ WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   return layout;
 }
 
+// The shared memory one block of the main kernel takes at this head dim on a device of this
+// compute capability: the kernel stages dQ for bulk reductions exactly when built for sm_90 or newer.
+template <int kHeadDim>
+std::size_t backward_shared_bytes(int compute_major) {
+  using Tiling = fa2::BackwardTilingFor<kHeadDim>;
+  return Tiling::smem_bytes(Tiling::kBulkDq && compute_major >= 9);
+}
+
 template <typename Element, int kHeadDim>
-void launch_backward(fa2::BackwardParams params, cudaStream_t stream) {
+void launch_backward(fa2::BackwardParams params, std::size_t smem_bytes, cudaStream_t stream) {
   using Tiling = fa2::BackwardTilingFor<kHeadDim>;
   params.query_blocks = (params.seqlen_q + Tiling::kBlockM - 1) / Tiling::kBlockM;
-  int device = 0, smem_limit = 0, major = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
-  // The kernel stages dQ for bulk reductions exactly when it is built for sm_90 or newer.
-  const std::size_t smem_bytes = Tiling::smem_bytes(Tiling::kBulkDq && major >= 9);
-  if (static_cast<std::size_t>(smem_limit) < smem_bytes) {
-    throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) + " needs " +
-                                std::to_string(smem_bytes) + " bytes of shared memory per block; this device allows " +
-                                std::to_string(smem_limit) + " (allowed: head_dim <= 128 here)");
-  }
   {
     const std::int64_t threads = checked_product("fa2_backward: preprocess threads", params.total_rows_q, params.heads_q,
                                                  fa2::kPreprocessLanesPerRow);
@@ -88,10 +85,10 @@ void launch_backward(fa2::BackwardParams params, cudaStream_t stream) {
 }
 
 template <typename Element>
-void dispatch(const fa2::BackwardParams& params, cudaStream_t stream) {
+void dispatch(const fa2::BackwardParams& params, std::size_t smem_bytes, cudaStream_t stream) {
   const bool launched = dispatch_head_dim<fa2::kBackwardHeadDims>(
       fa2::backward_padded_head_dim(params.head_dim),
-      [&]<int kHeadDim>() { launch_backward<Element, kHeadDim>(params, stream); });
+      [&]<int kHeadDim>() { launch_backward<Element, kHeadDim>(params, smem_bytes, stream); });
   if (!launched) {
     throw std::invalid_argument("fa2_backward: head_dim = " + std::to_string(params.head_dim) +
                                 " is not supported; allowed: multiples of 8 up to " +
@@ -115,21 +112,32 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
     refuse_backward("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of " +
                     std::to_string(kChunkElements) + " up to " + std::to_string(kMaxSupportedHeadDim));
   }
-  require_compute_capability(8, 0, kName);
-  const struct {
-    const DeviceTensor* tensor;
-    const char* name;
-  } tensors[] = {{&args.q, "q"},   {&args.k, "k"},   {&args.v, "v"},   {&args.o, "o"},  {&args.d_o, "d_o"},
-                 {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
-  for (const auto& entry : tensors) require_tensor(*entry.tensor, entry.name, kName, 16, kChunkElements);
-  require_tensor(args.lse, "lse", kName, 4, 1);
-  require_varlen_offsets(problem, args.cu_seqlens_q, args.cu_seqlens_k, kName);
+  // 16-byte loads: pointers 16-byte aligned, strides multiples of 8 elements.
+  require_backward_args(problem, args, kName, 16, kChunkElements);
+  const std::int64_t preprocess_threads =
+      static_cast<std::int64_t>(problem.total_rows_q()) * problem.heads_q * fa2::kPreprocessLanesPerRow;
+  require_grid(kName, {(preprocess_threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads, "rows x heads_q"},
+               {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
 
   const bool deterministic = args.deterministic;
   const WorkspaceLayout layout = workspace_layout(problem, deterministic);
   if (args.workspace != nullptr && args.workspace_bytes < layout.total) {
     refuse_backward("workspace_bytes = " + std::to_string(args.workspace_bytes) +
                     "; allowed: at least fa2_backward_workspace_bytes() = " + std::to_string(layout.total));
+  }
+  // The device last: a refused argument makes no CUDA call.
+  require_compute_capability(8, 0, kName);
+  int device = 0, smem_limit = 0, major = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  std::size_t smem_bytes = 0;
+  dispatch_head_dim<fa2::kBackwardHeadDims>(fa2::backward_padded_head_dim(problem.head_dim),
+                                            [&]<int kHeadDim>() { smem_bytes = backward_shared_bytes<kHeadDim>(major); });
+  if (static_cast<std::size_t>(smem_limit) < smem_bytes) {
+    refuse_backward("head_dim = " + std::to_string(problem.head_dim) + " needs " + std::to_string(smem_bytes) +
+                    " bytes of shared memory per block; this device allows " + std::to_string(smem_limit) +
+                    " (allowed: head_dim <= 128 here)");
   }
   cudaStream_t stream = args.stream;
   void* workspace = args.workspace;
@@ -156,9 +164,9 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
     // The dQ accumulator and the deterministic counters start at zero.
     check_cuda(cudaMemsetAsync(p.dq_accum, 0, layout.total - layout.dq_offset, stream), "fa2_backward workspace memset");
     if (problem.dtype == DType::bf16) {
-      dispatch<__nv_bfloat16>(p, stream);
+      dispatch<__nv_bfloat16>(p, smem_bytes, stream);
     } else {
-      dispatch<__half>(p, stream);
+      dispatch<__half>(p, smem_bytes, stream);
     }
   }
   if (owns_workspace) check_cuda(cudaFreeAsync(workspace, stream), "fa2_backward cudaFreeAsync");

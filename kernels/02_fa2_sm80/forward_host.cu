@@ -41,9 +41,11 @@ void fa2_forward_within(const Problem& problem, const ForwardArgs& args, int sha
                                 " is not supported; allowed: multiples of " + std::to_string(kChunkElements) + " in [" +
                                 std::to_string(kMinHeadDim) + ", " + std::to_string(kMaxHeadDim) + "]");
   }
-  require_compute_capability(8, 0, kName);
   // cp.async moves 16 bytes: pointers 16-byte aligned, strides multiples of 8 elements.
   require_forward_args(problem, args, kName, 16, kChunkElements);
+  require_grid(kName, {problem.seqlen_q, "seqlen_q (query blocks at most)"}, {problem.heads_q, "heads_q"},
+               {problem.batch, "batch"});
+  require_compute_capability(8, 0, kName);  // the device last: a refused argument makes no CUDA call
 
   fa2::ForwardParams params{};
   static_cast<AttentionParams&>(params) = make_attention_params(problem, args);

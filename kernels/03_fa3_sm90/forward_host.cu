@@ -2,6 +2,7 @@
 // is not compute capability 9.0), describes Q, K, V and O to TMA, fills the kernel's parameters
 // from the Problem and dispatches to the instance for the padded head dim and the dtype. The
 // kernel is in forward_kernel.cuh.
+#include <algorithm>
 #include <climits>
 #include <iterator>
 #include <stdexcept>
@@ -46,6 +47,15 @@ TmaTensor tma_tensor(const DeviceTensor& tensor, const Problem& problem, int hea
   return t;
 }
 
+// The step sets forward_launch.cuh instantiates: the default everywhere, the ablation's four
+// others at head_dim 128 in bf16 (its launch refuses any other set too, as a backstop).
+bool steps_instantiated(int padded_head_dim, DType dtype, const Fa3Steps& steps) {
+  constexpr Fa3Steps kAblationSteps[] = {{false, false, false}, {true, false, false}, {true, true, true}, {false, true, false}};
+  if (steps == Fa3Steps{}) return true;
+  if (padded_head_dim != 128 || dtype != DType::bf16) return false;
+  return std::find(std::begin(kAblationSteps), std::end(kAblationSteps), steps) != std::end(kAblationSteps);
+}
+
 }  // namespace
 
 void fa3_forward(const Problem& problem, const ForwardArgs& args) { fa3_forward_steps(problem, args, Fa3Steps{}); }
@@ -59,7 +69,6 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
     refuse("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of " +
            std::to_string(kChunkElements) + " in [" + std::to_string(kChunkElements) + ", " + std::to_string(kMaxHeadDim) + "]");
   }
-  require_compute_capability_exactly(9, 0, kName);
   // TMA: 16-byte aligned tensors, strides in multiples of 16 bytes.
   require_forward_args(problem, args, kName, 16, kChunkElements);
   const int padded = fa3::forward_padded_head_dim(problem.head_dim);
@@ -73,6 +82,33 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
   if (tiles > INT_MAX) {
     refuse("batch x heads_q x query blocks = " + std::to_string(tiles) + "; allowed: at most " + std::to_string(INT_MAX));
   }
+  if (!steps_instantiated(padded, problem.dtype, steps)) {
+    throw std::invalid_argument(
+        "fa3_forward_steps: steps {ping_pong " + std::to_string(steps.ping_pong) + ", intra_warpgroup_overlap " +
+        std::to_string(steps.intra_warpgroup_overlap) + ", persistent " + std::to_string(steps.persistent) +
+        "} are not instantiated for this head dim and dtype; allowed: the default {1,1,0}, or at head_dim 128 in "
+        "bf16 the ablation's {0,0,0}, {1,0,0}, {1,1,1} and {0,1,0}");
+  }
+  if (args.workspace != nullptr && args.workspace_bytes < fa3_forward_workspace_bytes(problem)) {
+    refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) +
+           "; allowed: >= fa3_forward_workspace_bytes() = " + std::to_string(fa3_forward_workspace_bytes(problem)));
+  }
+  const struct {
+    const DeviceTensor* tensor;
+    int heads;
+    bool query_side;
+    const char* name;
+  } tma_tensors[] = {{&args.q, problem.heads_q, true, "fa3_forward: q"},
+                     {&args.k, problem.heads_kv, false, "fa3_forward: k"},
+                     {&args.v, problem.heads_kv, false, "fa3_forward: v"},
+                     {&args.o, problem.heads_q, true, "fa3_forward: o"}};
+  for (const auto& entry : tma_tensors) {
+    require_tma_tensor(tma_tensor(*entry.tensor, problem, entry.heads, entry.query_side), problem.dtype, entry.name);
+  }
+#ifndef FLASHLAB_HAVE_SM90A
+  refuse("this build has no sm_90a code; allowed: a build whose CMAKE_CUDA_ARCHITECTURES include 90a");
+#endif
+  require_compute_capability_exactly(9, 0, kName);  // the device last: a refused argument makes no CUDA call
 
   fa3::ForwardParams params{};
   static_cast<AttentionParams&>(params) = make_attention_params(problem, args);
@@ -88,10 +124,6 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
   params.heaviest_first = problem.mask.causal ? 1 : 0;
 
   // The dynamic scheduler's counter: the caller's workspace or stream-ordered memory, zeroed.
-  if (args.workspace != nullptr && args.workspace_bytes < fa3_forward_workspace_bytes(problem)) {
-    refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) +
-           "; allowed: >= fa3_forward_workspace_bytes() = " + std::to_string(fa3_forward_workspace_bytes(problem)));
-  }
   void* workspace = args.workspace;
   if (workspace == nullptr) {
     check_cuda(cudaMallocAsync(&workspace, fa3_forward_workspace_bytes(problem), args.stream), "fa3_forward: cudaMallocAsync");
@@ -111,9 +143,6 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
     throw;
   }
   if (args.workspace == nullptr) check_cuda(cudaFreeAsync(workspace, args.stream), "fa3_forward: cudaFreeAsync");
-#else
-  (void)steps;
-  refuse("this build has no sm_90a code; allowed: a build whose CMAKE_CUDA_ARCHITECTURES include 90a");
 #endif
 }
 

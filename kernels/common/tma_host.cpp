@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/common/constants.hpp"
+
 namespace flashlab::kernels {
 
 namespace {
@@ -31,7 +33,11 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 
 }  // namespace
 
-CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name) {
+// cuTensorMapEncodeTiled's limits (CUDA Driver API): strides below 2^40 bytes, extents up to 2^32.
+constexpr std::int64_t kMaxTmaStrideBytes = 1LL << 40;
+constexpr std::int64_t kMaxTmaExtent = 1LL << 32;
+
+void require_tma_tensor(const TmaTensor& tensor, DType dtype, const char* name) {
   if (dtype != DType::bf16 && dtype != DType::fp16) refuse(name, "TMA tensors here hold bf16 or fp16");
   if (reinterpret_cast<std::uintptr_t>(tensor.base) % 16 != 0) {
     refuse(name, "the base pointer is not 16-byte aligned; allowed: 16-byte aligned pointers (TMA)");
@@ -39,11 +45,24 @@ CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, 
   const std::int64_t strides[3] = {tensor.row_stride, tensor.head_stride, tensor.batch_stride};
   const char* stride_names[3] = {"row_stride", "head_stride", "batch_stride"};
   for (int i = 0; i < 3; ++i) {
-    if (strides[i] % 8 != 0 || strides[i] < 0) {
+    if (strides[i] % 8 != 0 || strides[i] < 0 || strides[i] >= kMaxTmaStrideBytes / kElementBytes) {
       refuse(name, std::string(stride_names[i]) + " = " + std::to_string(strides[i]) +
-                       "; allowed: a non-negative multiple of 8 elements (TMA strides are multiples of 16 bytes)");
+                       "; allowed: a non-negative multiple of 8 elements (TMA strides are multiples of 16 bytes) below " +
+                       std::to_string(kMaxTmaStrideBytes / kElementBytes));
     }
   }
+  const std::int64_t extents[4] = {tensor.columns, tensor.rows, tensor.heads, tensor.batches};
+  const char* extent_names[4] = {"columns", "rows", "heads", "batches"};
+  for (int i = 0; i < 4; ++i) {
+    if (extents[i] < 1 || extents[i] > kMaxTmaExtent) {
+      refuse(name, std::string(extent_names[i]) + " = " + std::to_string(extents[i]) + "; allowed: [1, " +
+                       std::to_string(kMaxTmaExtent) + "] (TMA)");
+    }
+  }
+}
+
+CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name) {
+  require_tma_tensor(tensor, dtype, name);
   if (box_columns * 2 > 128 || box_rows > 256) throw std::logic_error("make_tma_map: box too large for the 128-byte swizzle");
   // TMA wants every stride positive; an extent of 1 makes its stride irrelevant.
   auto positive = [](std::int64_t stride) { return static_cast<cuuint64_t>(stride > 0 ? stride * 2 : 16); };

@@ -19,10 +19,15 @@ struct TmaTensor {
   std::int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
 };
 
+// TMA's rules on a tensor, checked without a device: 16-byte aligned base, strides non-negative
+// multiples of 16 bytes below 2^40 bytes, extents in [1, 2^32] (cuTensorMapEncodeTiled's limits).
+// Throws std::invalid_argument naming `name`.
+void require_tma_tensor(const TmaTensor& tensor, DType dtype, const char* name);
+
 // A tensor map whose box is box_columns x box_rows x 1 x 1 with the 128-byte swizzle (box_columns
 // * 2 <= 128). Loads of elements outside the extents read zeros; stores there are dropped.
-// Throws std::invalid_argument naming `name` when the tensor does not meet TMA's rules (16-byte
-// aligned base, strides multiples of 16 bytes), std::runtime_error when the driver refuses.
+// Throws std::invalid_argument naming `name` when the tensor does not meet TMA's rules
+// (require_tma_tensor), std::runtime_error when the driver refuses.
 CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name);
 
 }  // namespace flashlab::kernels

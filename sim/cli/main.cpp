@@ -37,6 +37,7 @@
 #include "sim/bounds.hpp"
 #include "sim/check.hpp"
 #include "sim/cli/decimal_options.hpp"
+#include "sim/cli/cli.hpp"
 #include "sim/closed_forms.hpp"
 #include "sim/decimal.hpp"
 #include "sim/experiment.hpp"
@@ -51,6 +52,9 @@ using namespace flashlab;
 using namespace flashlab::sim;
 
 namespace {
+
+// cli::Mode::checks_only: each command returns 0 where its work would begin (cli.hpp).
+bool checks_only = false;
 
 // A problem the user gave, an error in it is bad input (exit 2).
 struct BadInput : std::invalid_argument {
@@ -169,6 +173,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   RunCost cost = run_cost(schedule, problem, options);
   if (data) cost.data_bytes = saturating_add(cost.data_bytes, oracle_bytes(problem, info.pass == Pass::backward));
   require_within_limits(schedule, problem, options, cost);
+  if (checks_only) return 0;
   const auto start = std::chrono::steady_clock::now();
   const RunResult result = run_schedule(schedule, problem, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -225,6 +230,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
 int command_check(const std::string& sram, std::uint64_t seed) {
   const std::int64_t sram_bytes = parse_bytes(sram, "--sram");
   const Problem problem = default_check_problem();
+  if (checks_only) return 0;
   std::cout << "check: every CPU schedule against the double-precision oracle\n"
             << "problem: batch 2, heads 4/2 (GQA), N 113 x 203, d 59, fp32, no mask; M = " << sram_bytes
             << " B; seed " << seed << "\n\n";
@@ -261,6 +267,7 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
   grid.masks = split(masks);
   grid.dtype = !dtype.empty() ? dtype_from_string(dtype) : machine ? machine->dtype : DType::bf16;
   grid.validate();
+  if (checks_only) return 0;
   const bool terminal = ::isatty(2);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<SweepPoint> points = run_sweep(grid, [&](std::size_t done, std::size_t total) {
@@ -291,6 +298,7 @@ int command_trace(ProblemOptions& po, const std::string& schedule, bool dtype_gi
   options.memory = MemoryKind::data;
   TraceRecorder recorder(static_cast<std::size_t>(max_events), value_limit);
   options.trace = &recorder;
+  if (checks_only) return 0;
   const RunResult result = run_schedule(schedule, problem, options);
   const TraceInfo info = trace_info(schedule, problem, options.sram_bytes, result.blocks.block_rows, result.blocks.block_cols);
   const Trace trace = recorder.finish(info);  // TraceOverflow when the bound was hit: no file
@@ -354,6 +362,7 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
   for (const kernels::KernelTiling& t : all) {
     if ((generation.empty() || t.generation == generation) && (direction.empty() || t.direction == direction)) tilings.push_back(t);
   }
+  if (checks_only) return 0;
   if (machine) {
     std::cout << "the tilings " << machine->key << " runs (" << machine->sram_bytes << " B of shared memory per block)\n";
   } else {
@@ -372,7 +381,8 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int flashlab::cli::run(int argc, char** argv, Mode mode) {
+  checks_only = mode == Mode::checks_only;
   CLI::App app{"flashlab: the FlashAttention IO simulator (counts HBM/SRAM traffic of every schedule)"};
   app.require_subcommand(1);
   const std::string command = command_line(argc, argv);
@@ -459,6 +469,7 @@ int main(int argc, char** argv) {
       if (!std::filesystem::is_directory(out_dir)) throw BadInput("--out-dir " + out_dir + " is not a directory");
       const std::string path = (std::filesystem::path(out_dir) / "experiment.json").string();
       require_writable(path);
+      if (checks_only) return 0;
       const ExperimentResult result = run_experiment(machine, std::cout);
       write_output_file(path, experiment_to_json(result, command).dump(1) + "\n");
       std::cout << "wrote " << path << "\n";
@@ -466,6 +477,7 @@ int main(int argc, char** argv) {
     }
     if (*figure2) {
       require_writable(json_path);
+      if (checks_only) return 0;
       const nlohmann::json table = run_figure2(find_machine("a100"), std::cout);
       if (!json_path.empty()) write_output_file(json_path, nlohmann::json{{"format", "flashlab-figure2"}, {"version", 1}, {"command", command}, {"rows", table}}.dump(2) + "\n");
       return 0;
@@ -485,3 +497,7 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+#ifndef FLASHLAB_CLI_NO_MAIN
+int main(int argc, char** argv) { return flashlab::cli::run(argc, argv); }
+#endif

@@ -1,0 +1,84 @@
+/* The C ABI of libflashlab_kernels_c (kernels/c_api.cpp): the host API of attention_api.hpp for
+ * Python's ctypes (scripts/bench_kernels.py mirrors FlashlabProblem field by field) or any other
+ * language. Plain C: integers, doubles and pointers.
+ *
+ * Every entry returns FLASHLAB_OK, FLASHLAB_REFUSED when an input breaks the contract below (the
+ * message of flashlab_last_error() names the input and the allowed range; nothing was launched)
+ * or FLASHLAB_ERROR for a CUDA error (no device, out of memory, a failed launch) or an internal
+ * one. Every input is checked before any CUDA call, so such a refusal needs no GPU; only what
+ * depends on the device (its compute capability, the shared memory a head dim needs) is refused
+ * after asking it. No exception crosses the ABI.
+ *
+ * The contract:
+ * - problem is non-null. dtype: 1 = fp16, 2 = bf16. causal: 0 or 1. alignment: 0 = top-left,
+ *   1 = bottom-right. window bounds: -1 (unbounded) or [0, max(seqlen_q, seqlen_k)].
+ *   softmax_scale: 0 (1 / sqrt(head_dim)) or a float-representable positive value (up to FLT_MAX / 2).
+ *   Shapes and the rest as flashlab::Problem::validate and each kernel allow.
+ * - Varlen: cu_seqlens_q_host and cu_seqlens_k_host are both null (a dense batch) or both point to
+ *   batch + 1 ints; the ABI reads exactly batch + 1 entries of each (it cannot know an array's
+ *   length: a shorter array is the caller's error and is read past its end). They start at 0 and
+ *   grow by each sequence's length, in [1, seqlen_q] (queries) and [1, seqlen_k] (keys):
+ *   seqlen_q and seqlen_k are the longest sequences or more. cu_seqlens_*_device are device copies
+ *   of the same values, given exactly when the host arrays are (the ABI cannot read device memory:
+ *   that they match is the caller's promise).
+ * - Tensors: a device pointer and a pointer to three int64 strides in elements, (batch, row, head);
+ *   element (b, position, head, col) is at data[b * batch_stride + position * row_stride +
+ *   head * head_stride + col] (varlen: position is the packed row and batch_stride is ignored).
+ *   The stride arrays are non-null; a stride is positive wherever its extent exceeds 1 and the
+ *   highest byte offset fits in int64 and the address space; the kernels' alignment rules apply.
+ * - Outputs (o, lse; dq, dk, dv; c) have every element in memory of its own and share no memory
+ *   with any other argument (interleaved but disjoint views of one buffer, as a packed dqkv, are
+ *   fine when they have the same strides and shape).
+ * - Flags (ping_pong, intra_warpgroup_overlap, persistent, deterministic): 0 or 1.
+ */
+#ifndef FLASHLAB_KERNELS_C_API_H
+#define FLASHLAB_KERNELS_C_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { FLASHLAB_OK = 0, FLASHLAB_ERROR = 1, FLASHLAB_REFUSED = 2 };
+
+typedef struct FlashlabProblem {
+  int dtype;
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  double softmax_scale;
+  int causal, alignment, window_left, window_right;
+  const int* cu_seqlens_q_host;
+  const int* cu_seqlens_k_host;
+  const int* cu_seqlens_q_device;
+  const int* cu_seqlens_k_device;
+} FlashlabProblem;
+
+/* The message of this thread's last call (empty after a success). */
+const char* flashlab_last_error(void);
+
+/* generation: 1 = FA1 forward, 2 = FA2 forward, 3 = FA3 forward (Hopper). lse: fp32, one column. */
+int flashlab_forward(int generation, const FlashlabProblem* problem, void* q, const int64_t* q_strides, void* k,
+                     const int64_t* k_strides, void* v, const int64_t* v_strides, void* o, const int64_t* o_strides,
+                     float* lse, const int64_t* lse_strides, void* stream);
+
+/* The FA3 forward with some of its steps off, for the ablation. */
+int flashlab_fa3_forward_steps(int ping_pong, int intra_warpgroup_overlap, int persistent,
+                               const FlashlabProblem* problem, void* q, const int64_t* q_strides, void* k,
+                               const int64_t* k_strides, void* v, const int64_t* v_strides, void* o,
+                               const int64_t* o_strides, float* lse, const int64_t* lse_strides, void* stream);
+
+/* The Hopper rung's GEMM: C [m, n] = A [m, k] B [n, k]^T, bf16, contiguous row-major. */
+int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, void* stream);
+
+/* FA2 backward: dQ, dK, dV from Q, K, V, O, LSE and dO (workspace allocated by the call). */
+int flashlab_backward(const FlashlabProblem* problem, int deterministic, void* q, const int64_t* q_strides, void* k,
+                      const int64_t* k_strides, void* v, const int64_t* v_strides, void* o, const int64_t* o_strides,
+                      float* lse, const int64_t* lse_strides, void* d_o, const int64_t* d_o_strides, void* dq,
+                      const int64_t* dq_strides, void* dk, const int64_t* dk_strides, void* dv,
+                      const int64_t* dv_strides, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHLAB_KERNELS_C_API_H */
