@@ -12,6 +12,7 @@ debian_packages=(
   libimgui-dev libglfw3-dev libstb-dev  # visualizer (viz/) and its PNG screenshots
   xvfb xauth                         # headless visualizer test
   python3 python3-matplotlib python3-numpy  # notebooks and plots
+  clang libclang-rt-dev llvm         # the sanitizer build with float-cast-overflow, libFuzzer, llvm-cov
 )
 
 missing=()

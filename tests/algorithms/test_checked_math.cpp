@@ -91,9 +91,12 @@ TEST_CASE("varlen offsets: a total past 2^31 - 1 and extreme offsets are refused
   CHECK_THROWS_WITH(set_varlen(p, {5, -3}, {1, 1}), contains_text("length -3; allowed: >= 1"));
   Problem q;
   q.batch = 2;
-  q.cu_seqlens_q = {0, std::numeric_limits<int>::max(), std::numeric_limits<int>::min()};
+  q.seqlen_q = q.seqlen_k = 4;
+  q.cu_seqlens_q = {0, 1, std::numeric_limits<int>::min()};  // INT_MIN - 1 wraps in int
   q.cu_seqlens_k = {0, 1, 2};
-  CHECK_THROWS_WITH(q.validate(), contains_text("sequence 1 has length -4294967295; allowed: >= 1"));
+  CHECK_THROWS_WITH(q.validate(), contains_text("sequence 1 has length -2147483649; allowed: [1, seqlen_q = 4]"));
+  q.cu_seqlens_q = {0, std::numeric_limits<int>::max(), 2};  // longer than seqlen_q: its rows would go uncomputed
+  CHECK_THROWS_WITH(q.validate(), contains_text("sequence 0 has length 2147483647; allowed: [1, seqlen_q = 4]"));
 }
 
 TEST_CASE("host tensors: a size product that would wrap or a negative size is refused", "[checked][tensors]") {
