@@ -357,7 +357,7 @@ void check_trace(const Trace& trace, const std::string& source) {
   if (info.sram_capacity_bytes < 0)
     in.fail("top level", JsonFields::out_of_range("sram_capacity_bytes", info.sram_capacity_bytes,
                                                   JsonFields::integer_range(0, std::numeric_limits<std::int64_t>::max())));
-  if (trace.events.size() > kMaxTraceEvents)
+  if (trace.events.size() > static_cast<std::size_t>(kMaxTraceEvents))
     in.fail("events", std::to_string(trace.events.size()) + " events; allowed: at most " + std::to_string(kMaxTraceEvents));
   // The softmax panel reads the statistics of every update of a block: all carry them or none.
   const RecordedEvent* first_update = nullptr;
@@ -438,7 +438,7 @@ Trace trace_from_json_text(const std::string& text, const std::string& source) {
 
     const json& events = in.field(j, "events", "top level");
     if (!events.is_array()) in.fail("top level", JsonFields::out_of_range("events", events, "an array of events"));
-    if (events.size() > kMaxTraceEvents)
+    if (events.size() > static_cast<std::size_t>(kMaxTraceEvents))
       in.fail("events", std::to_string(events.size()) + " events; allowed: at most " + std::to_string(kMaxTraceEvents));
     trace.events.reserve(events.size());
     for (std::size_t i = 0; i < events.size(); ++i)

@@ -33,8 +33,8 @@ inline constexpr int kTraceFormatVersion = 1;
 inline constexpr const char* kTraceFormatName = "flashlab-trace";
 
 // What a trace may hold. A trace file is untrusted input: the loader refuses more than this, by
-// name, before anything reads the events (the header's sizes are bounded by Problem::validate).
-inline constexpr std::size_t kMaxTraceEvents = 1'000'000;       // the recorder's default bound
+// name, before anything reads the events (the header's sizes are bounded by Problem::validate;
+// the events by kMaxTraceEvents of algorithms/limits.hpp, the recorder's bound too).
 inline constexpr std::int64_t kMaxTraceFileBytes = 512 << 20;   // a 1M-event trace is ~150 MB without values
 inline constexpr std::int64_t kMaxTraceElementBytes = 4;        // no tile element is wider than fp32
 
@@ -95,7 +95,7 @@ class TraceFormatError : public JsonInputError {
 
 class TraceRecorder : public TraceSink {
  public:
-  static constexpr std::size_t kDefaultMaxEvents = kMaxTraceEvents;
+  static constexpr std::size_t kDefaultMaxEvents = 1'000'000;
 
   // max_events: the bound on stored events, 1..kMaxTraceEvents. value_elements_limit: compute
   // events of score and probability tiles (S, P) with at most this many elements keep their
