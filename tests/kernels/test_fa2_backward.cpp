@@ -15,6 +15,8 @@
 
 #include "catch.hpp"
 #include "kernels/attention_api.hpp"
+#include "reference/backward_check.hpp"
+#include "reference/device_layouts.hpp"
 #include "reference/reference_check.hpp"
 
 using namespace flashlab;
@@ -30,41 +32,6 @@ void cuda_ok(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// 16-bit encodings of values already rounded to the dtype (exact conversions).
-std::uint16_t encode(DType dtype, float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  if (dtype == DType::bf16) return static_cast<std::uint16_t>(bits >> 16);
-  // fp16: sign, then normal or subnormal (inputs are rounded to fp16 already, so this is exact).
-  const std::uint16_t sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
-  const float magnitude = std::fabs(value);
-  if (std::isnan(value)) return 0x7e00;
-  if (magnitude == 0.0f) return sign;
-  if (std::isinf(value) || magnitude >= 65520.0f) return sign | 0x7c00u;
-  int exponent = 0;
-  const float mantissa = std::frexp(magnitude, &exponent);  // magnitude = mantissa * 2^exponent, mantissa in [0.5, 1)
-  if (exponent - 1 >= -14) {
-    const auto fraction = static_cast<std::uint16_t>(std::lround((mantissa * 2.0f - 1.0f) * 1024.0f));
-    return sign | static_cast<std::uint16_t>(((exponent - 1 + 15) << 10) + fraction);
-  }
-  return sign | static_cast<std::uint16_t>(std::lround(magnitude * 16777216.0f));  // subnormal: units of 2^-24
-}
-
-float decode(DType dtype, std::uint16_t bits) {
-  if (dtype == DType::bf16) {
-    const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
-    float value;
-    std::memcpy(&value, &wide, 4);
-    return value;
-  }
-  const float sign = (bits & 0x8000u) ? -1.0f : 1.0f;
-  const int exponent = (bits >> 10) & 0x1f;
-  const int fraction = bits & 0x3ff;
-  if (exponent == 0x1f) return fraction ? std::numeric_limits<float>::quiet_NaN() : sign * INFINITY;
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(fraction), -24);
-  return sign * std::ldexp(1.0f + fraction / 1024.0f, exponent - 15);
-}
-
 struct DeviceBuffer {
   void* data = nullptr;
   std::size_t bytes = 0;
@@ -78,7 +45,7 @@ struct DeviceBuffer {
 
 DeviceBuffer upload(const HostTensor& tensor) {
   std::vector<std::uint16_t> bits(tensor.values.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = encode(tensor.dtype, tensor.values[i]);
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = reference::encode_16bit(tensor.dtype, tensor.values[i]);
   DeviceBuffer buffer(bits.size() * 2);
   cuda_ok(cudaMemcpy(buffer.data, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload");
   return buffer;
@@ -87,98 +54,13 @@ DeviceBuffer upload(const HostTensor& tensor) {
 void download(const DeviceBuffer& buffer, HostTensor& tensor) {
   std::vector<std::uint16_t> bits(tensor.values.size());
   cuda_ok(cudaMemcpy(bits.data(), buffer.data, bits.size() * 2, cudaMemcpyDeviceToHost), "download");
-  for (std::size_t i = 0; i < bits.size(); ++i) tensor.values[i] = decode(tensor.dtype, bits[i]);
+  for (std::size_t i = 0; i < bits.size(); ++i) tensor.values[i] = reference::decode_16bit(tensor.dtype, bits[i]);
 }
 
 std::vector<std::uint16_t> raw_bits(const DeviceBuffer& buffer, std::size_t elements) {
   std::vector<std::uint16_t> bits(elements);
   cuda_ok(cudaMemcpy(bits.data(), buffer.data, elements * 2, cudaMemcpyDeviceToHost), "download");
   return bits;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The naive backward in the problem's precision, as a framework computes it on bf16/fp16 tensors
-// (the official tests' "naive implementation in the same precision"): every materialised matrix
-// (S, P, dP, dS, and each matmul output) is rounded to the dtype; matmuls accumulate in fp32;
-// softmax and its backward run in fp32 internally and round their outputs.
-struct NaiveGradients {
-  HostTensor dQ, dK, dV;
-};
-
-NaiveGradients naive_backward(const Problem& problem, const AttentionTensors& x) {
-  const DType dtype = problem.dtype;
-  const int d = problem.head_dim;
-  const float scale = static_cast<float>(problem.scale());
-  NaiveGradients out;
-  out.dQ = HostTensor(TensorId::dQ, dtype, x.Q.rows, problem.heads_q, d);
-  out.dK = HostTensor(TensorId::dK, dtype, x.K.rows, problem.heads_kv, d);
-  out.dV = HostTensor(TensorId::dV, dtype, x.V.rows, problem.heads_kv, d);
-  HostTensor dk_sum(TensorId::dK, DType::fp32, x.K.rows, problem.heads_kv, d);
-  HostTensor dv_sum(TensorId::dV, DType::fp32, x.V.rows, problem.heads_kv, d);
-  auto r = [dtype](float value) { return round_to(dtype, value); };
-  for (int b = 0; b < problem.batch; ++b) {
-    const int lq = problem.seqlen_q_of(b), lk = problem.seqlen_k_of(b);
-    const int rq = problem.first_row_q(b), rk = problem.first_row_k(b);
-    for (int h = 0; h < problem.heads_q; ++h) {
-      const HeadProblem head = head_problem(problem, b, h);
-      const int hk = problem.kv_head(h);
-      std::vector<float> P(static_cast<std::size_t>(lq) * lk), dS(P.size());
-      for (int i = 0; i < lq; ++i) {
-        float* p_row = &P[static_cast<std::size_t>(i) * lk];
-        float row_max = -INFINITY;
-        for (int j = 0; j < lk; ++j) {
-          float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += x.Q.at(rq + i, h, c) * x.K.at(rk + j, hk, c);
-          const float score = r(r(dot) * scale);
-          p_row[j] = head.key_visible(i, j) ? score : -INFINITY;
-          row_max = std::max(row_max, p_row[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < lk; ++j) {
-          p_row[j] = (row_max == -INFINITY) ? 0.0f : std::exp(p_row[j] - row_max);
-          sum += p_row[j];
-        }
-        for (int j = 0; j < lk; ++j) p_row[j] = sum > 0 ? r(p_row[j] / sum) : 0.0f;
-        // dP = dO V^T, then the softmax backward dS = P o (dP - D). D = rowsum(dO o O) from the O
-        // the kernel is given (FA2 Algorithm 2 line 4), rounded to the dtype: equal to
-        // rowsum(P o dP) in exact arithmetic, and the same input rounding for both, so the rule
-        // measures the kernel and not the rounding of O (rows whose few keys nearly cancel in
-        // dP - D are where the two differ).
-        float* ds_row = &dS[static_cast<std::size_t>(i) * lk];
-        float delta = 0.0f;
-        for (int c = 0; c < d; ++c) delta += x.dO.at(rq + i, h, c) * x.O.at(rq + i, h, c);
-        for (int j = 0; j < lk; ++j) {
-          float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += x.dO.at(rq + i, h, c) * x.V.at(rk + j, hk, c);
-          ds_row[j] = r(dot);
-        }
-        for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (ds_row[j] - delta)) * scale);
-      }
-      for (int i = 0; i < lq; ++i) {
-        for (int c = 0; c < d; ++c) {
-          float dot = 0.0f;
-          for (int j = 0; j < lk; ++j) dot += dS[static_cast<std::size_t>(i) * lk + j] * x.K.at(rk + j, hk, c);
-          out.dQ.at(rq + i, h, c) = r(dot);
-        }
-      }
-      for (int j = 0; j < lk; ++j) {
-        for (int c = 0; c < d; ++c) {
-          float dk = 0.0f, dv = 0.0f;
-          for (int i = 0; i < lq; ++i) {
-            dk += dS[static_cast<std::size_t>(i) * lk + j] * x.Q.at(rq + i, h, c);
-            dv += P[static_cast<std::size_t>(i) * lk + j] * x.dO.at(rq + i, h, c);
-          }
-          dk_sum.at(rk + j, hk, c) += r(dk);
-          dv_sum.at(rk + j, hk, c) += r(dv);
-        }
-      }
-    }
-  }
-  for (std::size_t i = 0; i < dk_sum.values.size(); ++i) {
-    out.dK.values[i] = r(dk_sum.values[i]);
-    out.dV.values[i] = r(dv_sum.values[i]);
-  }
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,20 +109,11 @@ struct DeviceProblem {
   }
 };
 
-// Random Q, K, V, dO; O and LSE from the oracle (O rounded to the dtype, as a forward stores it).
-AttentionTensors backward_inputs(const Problem& problem, std::uint64_t seed) {
-  AttentionTensors x = reference::random_inputs(problem, seed, true);
-  const OracleResult forward = oracle_attention(problem, x);
-  for (std::size_t i = 0; i < x.O.values.size(); ++i) x.O.values[i] = round_to(problem.dtype, static_cast<float>(forward.O.values[i]));
-  for (std::size_t i = 0; i < x.LSE.values.size(); ++i) x.LSE.values[i] = static_cast<float>(forward.LSE.values[i]);
-  return x;
-}
-
 void check_backward(const Problem& problem, bool deterministic = false) {
   const auto seed = reference::fresh_seed();
-  AttentionTensors x = backward_inputs(problem, seed);
+  AttentionTensors x = reference::backward_inputs(problem, seed);
   const OracleResult oracle = oracle_attention(problem, x, &x.dO);
-  const NaiveGradients naive = naive_backward(problem, x);
+  const reference::NaiveGradients naive = reference::naive_backward_same_precision(problem, x);
   DeviceProblem device(problem, x);
   device.run(deterministic);
   INFO(reference::describe(problem) << (deterministic ? ", deterministic" : "") << ", seed " << seed);
@@ -341,7 +214,7 @@ TEST_CASE("FA2 backward kernel: deterministic mode is bitwise repeatable and cor
   check_backward(problem, true);
 
   const auto seed = reference::fresh_seed();
-  AttentionTensors x = backward_inputs(problem, seed);
+  AttentionTensors x = reference::backward_inputs(problem, seed);
   DeviceProblem device(problem, x);
   device.run(true);
   const auto dq0 = raw_bits(device.dq, x.dQ.values.size()), dk0 = raw_bits(device.dk, x.dK.values.size()),

@@ -118,14 +118,20 @@ CaseResult check_forward_case(const ForwardImplementation& implementation, const
   result.seed = fresh_seed();
   AttentionTensors tensors = random_inputs(problem, result.seed, false);
   if (options.key_growth > 0) grow_keys(problem, tensors.K, options.key_growth);
+  if (options.input_scale != 1) scale_queries_and_keys(tensors, options.input_scale);
   std::ostringstream header;
   header << describe(problem) << ", seed " << result.seed;
   if (options.key_growth > 0) header << ", key growth " << options.key_growth;
+  if (options.input_scale != 1) header << ", Q and K scaled by " << options.input_scale;
   try {
     implementation(problem, tensors);
   } catch (const std::invalid_argument& refusal) {
     result.status = CaseResult::Status::refused;
     result.report = "REFUSED " + header.str() + ": " + refusal.what();
+    return result;
+  } catch (const ImplementationFailure& failure) {
+    result.status = CaseResult::Status::failed;
+    result.report = "FAILED " + header.str() + ": " + failure.what();
     return result;
   }
 
@@ -171,10 +177,15 @@ CaseResult check_forward_case(const ForwardImplementation& implementation, const
   if (options.check_determinism) {
     AttentionTensors again = tensors;
     poison_outputs(again);
-    implementation(problem, again);
-    if (!bitwise_equal(again.O, tensors.O) || !bitwise_equal(again.LSE, tensors.LSE)) {
+    try {
+      implementation(problem, again);
+      if (!bitwise_equal(again.O, tensors.O) || !bitwise_equal(again.LSE, tensors.LSE)) {
+        ok = false;
+        determinism = "; a second run on the same inputs differs (not deterministic)";
+      }
+    } catch (const ImplementationFailure& failure) {
       ok = false;
-      determinism = "; a second run on the same inputs differs (not deterministic)";
+      determinism = std::string("; the second run failed: ") + failure.what();
     }
   }
   result.status = ok ? CaseResult::Status::passed : CaseResult::Status::failed;

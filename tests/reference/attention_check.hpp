@@ -12,7 +12,8 @@
 //     O = 0 and LSE = -inf (checked apart: the max-error rule alone would let small values pass),
 //   - the forward pass is deterministic: a second run on the same inputs is bitwise identical.
 // A problem the implementation refuses (std::invalid_argument) is recorded as refused with the
-// message, never silently passed; the caller says which refusals it expects.
+// message, never silently passed; the caller says which refusals it expects. A failure the
+// implementation reports itself (ImplementationFailure) is recorded as failed with its message.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,8 @@ struct ForwardCheckOptions {
   // the dtype), so scores grow along the keys and later key blocks keep raising each row's max by
   // several units: the online softmax's rescaling, not only its first block, decides O.
   double key_growth = 0;
+  // != 1: Q and K multiplied by it (scale_queries_and_keys), for scores in the thousands.
+  double input_scale = 1;
 };
 
 struct CaseResult {

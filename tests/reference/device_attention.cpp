@@ -1,7 +1,5 @@
 #include "reference/device_attention.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flashlab::reference {
@@ -31,45 +30,72 @@ class DeviceBuffer {
   void* data_ = nullptr;
 };
 
-// Host values are already rounded to the dtype, so these conversions are exact.
-std::vector<std::uint16_t> encode(const HostTensor& tensor) {
-  std::vector<std::uint16_t> bits(tensor.values.size());
-  for (std::size_t i = 0; i < bits.size(); ++i) {
-    if (tensor.dtype == DType::bf16) {
-      const __nv_bfloat16 value = __float2bfloat16_rn(tensor.values[i]);
-      std::memcpy(&bits[i], &value, 2);
-    } else {
-      const __half value = __float2half_rn(tensor.values[i]);
-      std::memcpy(&bits[i], &value, 2);
-    }
-  }
-  return bits;
-}
-
-void decode(const std::vector<std::uint16_t>& bits, HostTensor& tensor) {
-  for (std::size_t i = 0; i < bits.size(); ++i) {
-    if (tensor.dtype == DType::bf16) {
-      const std::uint32_t wide = static_cast<std::uint32_t>(bits[i]) << 16;  // bf16 is fp32's top half
-      std::memcpy(&tensor.values[i], &wide, 4);
-    } else {
-      __half_raw raw;
-      raw.x = bits[i];
-      tensor.values[i] = __half2float(__half(raw));
-    }
-  }
-}
-
-std::unique_ptr<DeviceBuffer> upload(const HostTensor& tensor) {
-  const std::vector<std::uint16_t> bits = encode(tensor);
-  auto buffer = std::make_unique<DeviceBuffer>(bits.size() * 2);
-  cuda_ok(cudaMemcpy(buffer->get(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload");
-  return buffer;
-}
-
 std::unique_ptr<DeviceBuffer> upload_ints(const std::vector<int>& values) {
   auto buffer = std::make_unique<DeviceBuffer>(values.size() * sizeof(int));
   cuda_ok(cudaMemcpy(buffer->get(), values.data(), values.size() * sizeof(int), cudaMemcpyHostToDevice), "upload");
   return buffer;
+}
+
+// The buffers of a layout on the device: those the call's operands use, copied from their images.
+struct DeviceImages {
+  const Problem& problem;
+  const DeviceLayout& layout;
+  bool backward;
+  std::vector<BufferImage> images;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // null where no operand of the call lives
+  std::unique_ptr<DeviceBuffer> cu_q, cu_k;
+
+  DeviceImages(const Problem& problem, const DeviceLayout& layout, bool backward, std::vector<BufferImage> host_images)
+      : problem(problem), layout(layout), backward(backward), images(std::move(host_images)), buffers(images.size()) {
+    for (int i = 0; i < (backward ? kOperandCount : static_cast<int>(Operand::lse) + 1); ++i) {
+      const int index = layout.placements[i].buffer;
+      if (index < 0 || buffers[index]) continue;
+      buffers[index] = std::make_unique<DeviceBuffer>(images[index].size());
+      cuda_ok(cudaMemcpy(buffers[index]->get(), images[index].data(), images[index].size(), cudaMemcpyHostToDevice),
+              "upload");
+    }
+    if (problem.varlen()) {
+      cu_q = upload_ints(problem.cu_seqlens_q);
+      cu_k = upload_ints(problem.cu_seqlens_k);
+    }
+  }
+
+  kernels::DeviceTensor tensor(Operand operand) const {
+    const Placement& p = layout[operand];
+    if (p.buffer < 0 || !buffers[p.buffer]) throw std::logic_error("layout " + layout.name + " does not place " + to_string(operand));
+    kernels::DeviceTensor t;
+    t.data = static_cast<char*>(buffers[p.buffer]->get()) + p.offset * layout.buffers[p.buffer].element_bytes;
+    t.batch_stride = p.batch_stride, t.row_stride = p.row_stride, t.head_stride = p.head_stride;
+    return t;
+  }
+  const int* offsets_q() const { return cu_q ? static_cast<const int*>(cu_q->get()) : nullptr; }
+  const int* offsets_k() const { return cu_k ? static_cast<const int*>(cu_k->get()) : nullptr; }
+
+  // After the kernel: every buffer back into its image.
+  void download() {
+    cuda_ok(cudaGetLastError(), "kernel launch");
+    cuda_ok(cudaDeviceSynchronize(), "kernel execution");
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (!buffers[i]) continue;
+      cuda_ok(cudaMemcpy(images[i].data(), buffers[i]->get(), images[i].size(), cudaMemcpyDeviceToHost), "download");
+    }
+  }
+  // Every element outside the call's tensors must still be poison.
+  void require_padding_untouched() const {
+    const PaddingReport padding = untouched_padding(problem, layout, backward, images);
+    if (padding.overwritten > 0) {
+      throw ImplementationFailure("layout " + layout.name + ": " + std::to_string(padding.overwritten) +
+                                  " elements outside the call's tensors were written (they held poison), first at " +
+                                  padding.first);
+    }
+  }
+};
+
+void require_16bit(const Problem& problem, const char* what) {
+  if (problem.dtype != DType::fp16 && problem.dtype != DType::bf16) {
+    throw std::invalid_argument(std::string(what) + ": dtype " + to_string(problem.dtype) +
+                                " is not supported; allowed: fp16, bf16");
+  }
 }
 
 }  // namespace
@@ -80,36 +106,53 @@ bool cuda_device_available() {
 }
 
 ForwardImplementation on_device(DeviceForwardKernel kernel) {
-  return [kernel = std::move(kernel)](const Problem& problem, AttentionTensors& tensors) {
-    if (problem.dtype != DType::fp16 && problem.dtype != DType::bf16) {
-      throw std::invalid_argument("on_device: dtype " + std::string(to_string(problem.dtype)) +
-                                  " is not supported; allowed: fp16, bf16");
-    }
-    const auto q = upload(tensors.Q), k = upload(tensors.K), v = upload(tensors.V);
-    const std::size_t o_bytes = tensors.O.values.size() * 2, lse_bytes = tensors.LSE.values.size() * sizeof(float);
-    DeviceBuffer o(o_bytes), lse(lse_bytes);
-    cuda_ok(cudaMemset(o.get(), 0xFF, o_bytes), "poison O");
-    cuda_ok(cudaMemset(lse.get(), 0xFF, lse_bytes), "poison LSE");
-    std::unique_ptr<DeviceBuffer> cu_q, cu_k;
+  return on_device(std::move(kernel), uniform_layout(TensorLayoutKind::flash));
+}
+
+ForwardImplementation on_device(DeviceForwardKernel kernel, LayoutRule layout_rule) {
+  return [kernel = std::move(kernel), layout_rule = std::move(layout_rule)](const Problem& problem,
+                                                                            AttentionTensors& tensors) {
+    require_16bit(problem, "on_device");
+    const DeviceLayout layout = layout_rule(problem);
+    std::vector<BufferImage> images = poisoned_images(layout);
+    scatter(problem, layout, Operand::q, tensors.Q, images);
+    scatter(problem, layout, Operand::k, tensors.K, images);
+    scatter(problem, layout, Operand::v, tensors.V, images);
+    DeviceImages device(problem, layout, false, std::move(images));
     kernels::ForwardArgs args;
-    args.q = kernels::flash_layout(q->get(), problem, problem.heads_q, problem.head_dim, true);
-    args.k = kernels::flash_layout(k->get(), problem, problem.heads_kv, problem.head_dim, false);
-    args.v = kernels::flash_layout(v->get(), problem, problem.heads_kv, problem.value_dim(), false);
-    args.o = kernels::flash_layout(o.get(), problem, problem.heads_q, problem.value_dim(), true);
-    args.lse = kernels::flash_layout(lse.get(), problem, problem.heads_q, 1, true);
-    if (problem.varlen()) {
-      cu_q = upload_ints(problem.cu_seqlens_q);
-      cu_k = upload_ints(problem.cu_seqlens_k);
-      args.cu_seqlens_q = static_cast<const int*>(cu_q->get());
-      args.cu_seqlens_k = static_cast<const int*>(cu_k->get());
-    }
+    args.q = device.tensor(Operand::q), args.k = device.tensor(Operand::k), args.v = device.tensor(Operand::v);
+    args.o = device.tensor(Operand::o), args.lse = device.tensor(Operand::lse);
+    args.cu_seqlens_q = device.offsets_q(), args.cu_seqlens_k = device.offsets_k();
     kernel(problem, args);
-    cuda_ok(cudaGetLastError(), "kernel launch");
-    cuda_ok(cudaDeviceSynchronize(), "kernel execution");
-    std::vector<std::uint16_t> bits(tensors.O.values.size());
-    cuda_ok(cudaMemcpy(bits.data(), o.get(), o_bytes, cudaMemcpyDeviceToHost), "download O");
-    decode(bits, tensors.O);
-    cuda_ok(cudaMemcpy(tensors.LSE.values.data(), lse.get(), lse_bytes, cudaMemcpyDeviceToHost), "download LSE");
+    device.download();
+    gather(problem, layout, Operand::o, device.images, tensors.O);
+    gather(problem, layout, Operand::lse, device.images, tensors.LSE);
+    device.require_padding_untouched();
+  };
+}
+
+BackwardImplementation on_device_backward(DeviceBackwardKernel kernel, LayoutRule layout_rule) {
+  return [kernel = std::move(kernel), layout_rule = std::move(layout_rule)](const Problem& problem,
+                                                                            AttentionTensors& tensors) {
+    require_16bit(problem, "on_device_backward");
+    const DeviceLayout layout = layout_rule(problem);
+    std::vector<BufferImage> images = poisoned_images(layout);
+    const std::pair<Operand, const HostTensor*> inputs[] = {{Operand::q, &tensors.Q},   {Operand::k, &tensors.K},
+                                                           {Operand::v, &tensors.V},   {Operand::o, &tensors.O},
+                                                           {Operand::lse, &tensors.LSE}, {Operand::d_o, &tensors.dO}};
+    for (const auto& [operand, tensor] : inputs) scatter(problem, layout, operand, *tensor, images);
+    DeviceImages device(problem, layout, true, std::move(images));
+    kernels::BackwardArgs args;
+    args.q = device.tensor(Operand::q), args.k = device.tensor(Operand::k), args.v = device.tensor(Operand::v);
+    args.o = device.tensor(Operand::o), args.lse = device.tensor(Operand::lse), args.d_o = device.tensor(Operand::d_o);
+    args.dq = device.tensor(Operand::dq), args.dk = device.tensor(Operand::dk), args.dv = device.tensor(Operand::dv);
+    args.cu_seqlens_q = device.offsets_q(), args.cu_seqlens_k = device.offsets_k();
+    kernel(problem, args);
+    device.download();
+    gather(problem, layout, Operand::dq, device.images, tensors.dQ);
+    gather(problem, layout, Operand::dk, device.images, tensors.dK);
+    gather(problem, layout, Operand::dv, device.images, tensors.dV);
+    device.require_padding_untouched();
   };
 }
 

@@ -40,6 +40,12 @@ void poison_outputs(AttentionTensors& t) {
   fill_nan(t.dV);
 }
 
+void scale_queries_and_keys(AttentionTensors& tensors, double factor) {
+  for (HostTensor* tensor : {&tensors.Q, &tensors.K}) {
+    for (float& x : tensor->values) x = round_to(tensor->dtype, static_cast<float>(x * factor));
+  }
+}
+
 std::uint64_t fresh_seed() {
   // Replay: FLASHLAB_TEST_SEED=<seed from a report> makes every case draw that seed.
   if (const char* replay = std::getenv("FLASHLAB_TEST_SEED"); replay != nullptr && *replay != '\0') {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "algorithms/00_oracle.hpp"
@@ -40,6 +41,18 @@ struct Tolerance {
   double slack = 1e-5;
 };
 bool within_rule(const ErrorReport& error, double naive_error, Tolerance tolerance);
+
+// A failure an implementation finds on its own side (device_attention.hpp: a kernel wrote into
+// the poisoned padding around its outputs). The checks record the case as failed with the message,
+// as they record a refusal (std::invalid_argument) as refused.
+struct ImplementationFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Q and K multiplied by `factor` (rounded to the dtype): scores grow as factor^2, so factor 30-100
+// puts them in the thousands to tens of thousands, where exp overflows unless the softmax's max
+// subtraction and rescaling are right.
+void scale_queries_and_keys(AttentionTensors& tensors, double factor);
 
 // A short description of a problem for failure reports.
 std::string describe(const Problem& problem);
