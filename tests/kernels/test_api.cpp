@@ -1,4 +1,5 @@
 // The host API refuses what a kernel cannot do, naming the input; no silent fallback.
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -16,18 +17,21 @@ Problem small_problem() {
   return p;
 }
 
-// A ForwardArgs over a real device buffer, so only the problem (or one field) is wrong.
+// A ForwardArgs over real device memory, one region per tensor (the API refuses an output that
+// shares memory with another argument), so only the problem (or one field) is wrong.
 struct Buffers {
+  static constexpr std::size_t kRegionBytes = 256 << 10;  // the largest tensor here: 64 x 2 x 264 x 2 B
   void* data = nullptr;
-  Buffers() { cudaMalloc(&data, 1 << 20); }
+  Buffers() { cudaMalloc(&data, 5 * kRegionBytes); }
   ~Buffers() { cudaFree(data); }
+  void* region(int i) const { return static_cast<char*>(data) + i * kRegionBytes; }
   kernels::ForwardArgs args(const Problem& p) const {
     kernels::ForwardArgs a;
-    a.q = kernels::flash_layout(data, p, p.heads_q, p.head_dim, true);
-    a.k = kernels::flash_layout(data, p, p.heads_kv, p.head_dim, false);
-    a.v = kernels::flash_layout(data, p, p.heads_kv, p.head_dim, false);
-    a.o = kernels::flash_layout(data, p, p.heads_q, p.head_dim, true);
-    a.lse = kernels::flash_layout(data, p, p.heads_q, 1, true);
+    a.q = kernels::flash_layout(region(0), p, p.heads_q, p.head_dim, true);
+    a.k = kernels::flash_layout(region(1), p, p.heads_kv, p.head_dim, false);
+    a.v = kernels::flash_layout(region(2), p, p.heads_kv, p.head_dim, false);
+    a.o = kernels::flash_layout(region(3), p, p.heads_q, p.head_dim, true);
+    a.lse = kernels::flash_layout(region(4), p, p.heads_q, 1, true);
     return a;
   }
 };
@@ -90,6 +94,9 @@ TEST_CASE("FA2 forward refuses unsupported inputs by name", "[api]") {
   auto null_output = buffers.args(p);
   null_output.o.data = nullptr;
   CHECK_THAT_CONTAINS(refusal(kernels::fa2_forward, p, null_output), "o is null");
+  auto in_place = buffers.args(p);
+  in_place.o.data = in_place.q.data;
+  CHECK_THAT_CONTAINS(refusal(kernels::fa2_forward, p, in_place), "o shares memory with q");
 }
 
 TEST_CASE("FA1 forward refuses bf16 and head dims over 128 by name", "[api]") {
