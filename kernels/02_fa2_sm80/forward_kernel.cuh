@@ -9,9 +9,9 @@
 // sum l in registers for the whole key loop (FA2 Section 3.1: the warps split Q, not K, so no
 // warp talks to another). K and V blocks stream through a kStages-deep shared-memory ring filled
 // with cp.async; fragments come out of shared memory with ldmatrix (V transposed on the fly) and
-// go into mma.sync m16n8k16 with fp32 accumulators. The softmax works in base 2 on scores scaled
-// by scale * log2 e before the max is taken (exp2(s' - m'): the max key's P is exactly 1); O is
-// divided by l once, after the last key block (Algorithm 1 line 12), and LSE = m + log l written (line 13). Key blocks that
+// go into mma.sync m16n8k16 with fp32 accumulators. The softmax works in base 2 with the scale
+// folded into one FFMA per score (exp2(s * scale * log2 e - m)); O is divided by l once, after
+// the last key block (Algorithm 1 line 12), and LSE = m + log l written (line 13). Key blocks that
 // the causal or window mask hides entirely are never visited; only blocks that cross the mask's
 // edge (or the end of the keys) are masked element by element.
 #pragma once
@@ -199,19 +199,10 @@ __global__ void __launch_bounds__(ForwardTiling<kHeadDim, kSharedBudget>::kWarps
         }
     }
 
-    // Lines 9-10: the online softmax in base 2; the running sum stays per thread until the end
-    // (the quad reduces it once). Every row's max and sum is a balanced tree over its scores and
-    // all rows go through each phase together, so no long chain of dependent instructions stalls
-    // the two warps a scheduler has. The scores are scaled first and the max taken over the
-    // scaled scores, so the key that sets the max gets P = exp2(0) = 1 exactly: folding the scale
-    // into one FFMA (exp2(s * scale - m)) leaves it the rounding of m instead, which at large
-    // scores (|s| ~ 1e4) is an output ulp a one-hot row shows.
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] *= p.scale_log2;
+    // Lines 9-10: the online softmax in base 2, scale folded into one FFMA; the running sum
+    // stays per thread until the end (the quad reduces it once). Every row's max and sum is a
+    // balanced tree over its scores and all rows go through each phase together, so no long
+    // chain of dependent instructions stalls the two warps a scheduler has.
     float block_max[kMTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -238,7 +229,7 @@ __global__ void __launch_bounds__(ForwardTiling<kHeadDim, kSharedBudget>::kWarps
         // kRescaleThresholdLog2 (FA4's conditional rescaling): P = exp2(s - m) then stays
         // <= 2^kRescaleThresholdLog2, and O and l carry
         // the same stale m, which the final O / l cancels exactly.
-        const float block_row_max = block_max[mt][r];
+        const float block_row_max = block_max[mt][r] * p.scale_log2;
         const bool max_moves = block_row_max > row_max[mt][r] + kRescaleThresholdLog2;
         const float new_max = max_moves ? block_row_max : row_max[mt][r];
         const float subtract = new_max == -INFINITY ? 0.f : new_max;  // a row that has seen no key yet
@@ -247,8 +238,8 @@ __global__ void __launch_bounds__(ForwardTiling<kHeadDim, kSharedBudget>::kWarps
         float partial[kNTiles];
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          acc_s[mt][nt][2 * r] = exp2f(acc_s[mt][nt][2 * r] - subtract);
-          acc_s[mt][nt][2 * r + 1] = exp2f(acc_s[mt][nt][2 * r + 1] - subtract);
+          acc_s[mt][nt][2 * r] = exp2f(fmaf(acc_s[mt][nt][2 * r], p.scale_log2, -subtract));
+          acc_s[mt][nt][2 * r + 1] = exp2f(fmaf(acc_s[mt][nt][2 * r + 1], p.scale_log2, -subtract));
           partial[nt] = acc_s[mt][nt][2 * r] + acc_s[mt][nt][2 * r + 1];
         }
         row_sum[mt][r] = row_sum[mt][r] * correction + tree_reduce(partial, SumOp{});

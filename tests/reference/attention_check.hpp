@@ -7,7 +7,8 @@
 //   - NaN or unwritten elements of O and LSE are errors (poison that survives is NaN),
 //   - max |O - oracle| <= 2 x max |O_naive - oracle| + slack, where O_naive is naive attention in
 //     the same precision (S, P and O rounded to the dtype, fp32 accumulation: what a framework
-//     computes on bf16/fp16 tensors), and the same for LSE,
+//     computes on bf16/fp16 tensors) and the slack at least the output format's rounding of the
+//     reference (rounding_slack, reference_check.hpp), and the same for LSE,
 //   - fully masked rows (a causal corner or a window that hides every key) must give exactly
 //     O = 0 and LSE = -inf (checked apart: the max-error rule alone would let small values pass),
 //   - the forward pass is deterministic: a second run on the same inputs is bitwise identical.

@@ -1,5 +1,6 @@
 #include "reference_check.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -96,6 +97,18 @@ std::string ErrorReport::describe(const std::string& tensor_name) const {
 
 bool within_rule(const ErrorReport& error, double naive_error, Tolerance tolerance) {
   return error.nan_count == 0 && error.max_error <= tolerance.factor * naive_error + tolerance.slack;
+}
+
+double rounding_slack(DType dtype, const OracleTensor& reference) {
+  if (dtype == DType::fp32) return 0.0;
+  double largest = 0.0;
+  for (const double value : reference.values) {
+    if (!std::isfinite(value)) continue;
+    const float stored = round_to(dtype, static_cast<float>(value));
+    const float shifted = round_to(dtype, round_to(dtype, stored + 0.3f) - 0.3f);
+    largest = std::max(largest, static_cast<double>(std::fabs(shifted - stored)));
+  }
+  return 2.0 * largest;
 }
 
 std::string describe(const Problem& p) {

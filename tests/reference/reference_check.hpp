@@ -42,6 +42,13 @@ struct Tolerance {
 };
 bool within_rule(const ErrorReport& error, double naive_error, Tolerance tolerance);
 
+// The official tests' slack for an output stored in a low-precision dtype: twice the largest error
+// that arithmetic in that dtype makes on the reference itself, |fl(fl(ref + 0.3) - 0.3) - fl(ref)|.
+// It is the output format's own rounding at the output's magnitude: where the naive error is 0 (a
+// row with one key: O = V exactly), an implementation whose P of that key is not exactly 1 (the
+// scale folded into one FFMA) lands an ulp away. 0 for fp32.
+double rounding_slack(DType dtype, const OracleTensor& reference);
+
 // A failure an implementation finds on its own side (device_attention.hpp: a kernel wrote into
 // the poisoned padding around its outputs). The checks record the case as failed with the message,
 // as they record a refusal (std::invalid_argument) as refused.
