@@ -16,7 +16,7 @@ constexpr int kVersion = 1;
 // A preset is untrusted input: a few hundred bytes, and SRAM per thread block far below a GiB
 // (the largest today is 228 KiB), which keeps every block size derived from it an int.
 constexpr std::int64_t kMaxMachineFileBytes = 1 << 20;
-constexpr std::int64_t kMaxSramBytes = std::int64_t{1} << 30;
+constexpr std::int64_t kMaxPresetSramBytes = std::int64_t{1} << 30;  // tighter than --sram (limits.hpp)
 
 // The default experiment's machine, embedded so that it runs with no preset files.
 constexpr const char* kEmbeddedDefault = R"json({
@@ -45,7 +45,7 @@ Machine machine_from_json(const nlohmann::json& json, const std::string& source)
   } catch (const std::invalid_argument& error) {
     in.fail("", error.what());
   }
-  m.sram_bytes = in.integer(json, "sram_bytes", "", 1, kMaxSramBytes);
+  m.sram_bytes = in.integer(json, "sram_bytes", "", 1, kMaxPresetSramBytes);
   m.hbm_bytes_per_second = in.positive_number(json, "hbm_bytes_per_second", "");
   m.matmul_flops_per_second = in.positive_number(json, "matmul_flops_per_second", "");
   m.exp_per_second = in.positive_number(json, "exp_per_second", "");
