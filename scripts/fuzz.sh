@@ -39,7 +39,8 @@ done
 # The inputs each target takes at most, in bytes: the seeds with room to grow.
 declare -A max_len=([trace]=65536 [machine]=8192 [cli]=2048)
 # What each target's coverage report covers: the code under test, not the harness.
-declare -A sources=([trace]="sim/trace.cpp viz/replay.cpp" [machine]="sim/machines.cpp" [cli]="sim/cli/main.cpp sim/report.cpp")
+declare -A sources=([trace]="sim/trace.cpp sim/json_input.cpp viz/replay.cpp" [machine]="sim/machines.cpp sim/json_input.cpp"
+                  [cli]="sim/cli/main.cpp sim/decimal.cpp sim/report.cpp")
 # The limits a finding is judged by: an input slower than this (seconds) or larger than this (MB).
 timeout_seconds=10
 rss_limit_mb=2048
