@@ -25,15 +25,6 @@ using namespace flashlab::viz;
 
 namespace {
 
-// The problem a trace header describes, as the visualizer builds it (viz/panels.cpp).
-Problem problem_of(const TraceInfo& info) {
-  Problem problem;
-  problem.seqlen_q = info.seqlen_q, problem.seqlen_k = info.seqlen_k;
-  problem.head_dim = info.head_dim, problem.head_dim_v = info.head_dim_v;
-  problem.dtype = info.dtype, problem.mask = info.mask;
-  return problem;
-}
-
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr, "fuzz_trace: %s\n", what);
   std::abort();
@@ -83,11 +74,11 @@ void replay(const Trace& trace) {
   // The traffic panel's closed form and bounds: refusals are notes there, so they are caught.
   const TraceInfo& info = trace.info;
   try {
-    (void)sim::closed_form(info.schedule, problem_of(info), {info.block_rows, info.block_cols});
+    (void)sim::closed_form(info.schedule, trace_problem(info), {info.block_rows, info.block_cols});
   } catch (const std::exception&) {
   }
   try {
-    const Problem problem = problem_of(info);
+    const Problem problem = trace_problem(info);
     const std::int64_t sram = info.sram_capacity_bytes > 0
                                   ? info.sram_capacity_bytes
                                   : sim::working_set_bytes(info.schedule, problem, {info.block_rows, info.block_cols});

@@ -290,17 +290,6 @@ RecordedEvent event_from_json(const Reader& in, const json& j, const TraceInfo& 
 
 namespace {
 
-Problem problem_of(const TraceInfo& info) {
-  Problem problem;
-  problem.seqlen_q = info.seqlen_q;
-  problem.seqlen_k = info.seqlen_k;
-  problem.head_dim = info.head_dim;
-  problem.head_dim_v = info.head_dim_v;
-  problem.dtype = info.dtype;
-  problem.mask = info.mask;
-  return problem;
-}
-
 void check_event(const JsonFields& in, const RecordedEvent& e, const TraceInfo& info, const std::string& where) {
   if (e.sram_bytes < 0 || e.sram_bytes > sram_limit(info))
     in.fail(where, JsonFields::out_of_range("sram", e.sram_bytes, sram_allowed(info)));
@@ -347,7 +336,7 @@ void check_trace(const Trace& trace, const std::string& source) {
   const JsonFields in(source);
   const TraceInfo& info = trace.info;
   try {
-    problem_of(info).validate();
+    trace_problem(info).validate();
   } catch (const std::invalid_argument& error) {
     in.fail("problem", error.what());
   }
@@ -470,6 +459,17 @@ TraceInfo trace_info(const std::string& schedule, const Problem& problem, std::i
   info.block_rows = block_rows;
   info.block_cols = block_cols;
   return info;
+}
+
+Problem trace_problem(const TraceInfo& info) {
+  Problem problem;
+  problem.seqlen_q = info.seqlen_q;
+  problem.seqlen_k = info.seqlen_k;
+  problem.head_dim = info.head_dim;
+  problem.head_dim_v = info.head_dim_v;
+  problem.dtype = info.dtype;
+  problem.mask = info.mask;
+  return problem;
 }
 
 }  // namespace flashlab

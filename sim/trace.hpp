@@ -74,6 +74,10 @@ struct TraceInfo {
 TraceInfo trace_info(const std::string& schedule, const Problem& problem, std::int64_t sram_capacity_bytes,
                      int block_rows, int block_cols);
 
+// The one-head problem a trace header describes (its shape, dtype and mask), as the loader
+// checks it and the visualizer's closed form and bounds use it.
+Problem trace_problem(const TraceInfo& info);
+
 struct Trace {
   TraceInfo info;
   std::vector<RecordedEvent> events;

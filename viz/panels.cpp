@@ -82,17 +82,6 @@ std::string event_text(const RecordedEvent& e) {
   return "";
 }
 
-Problem problem_of(const TraceInfo& info) {
-  Problem problem;
-  problem.seqlen_q = info.seqlen_q;
-  problem.seqlen_k = info.seqlen_k;
-  problem.head_dim = info.head_dim;
-  problem.head_dim_v = info.head_dim_v;
-  problem.dtype = info.dtype;
-  problem.mask = info.mask;
-  return problem;
-}
-
 // Tensors indexed by query rows (drawn left of the score grid) and by keys (drawn above it).
 bool is_query_side(TensorId id) {
   return id == TensorId::Q || id == TensorId::O || id == TensorId::dO || id == TensorId::dQ;
@@ -154,7 +143,7 @@ void set_lane_trace(Lane& lane, Trace trace, std::optional<Counters> counted) {
   const TraceInfo& info = lane.trace.info;
   lane.closed_form.reset();
   try {
-    lane.closed_form = sim::closed_form(info.schedule, problem_of(info), {info.block_rows, info.block_cols});
+    lane.closed_form = sim::closed_form(info.schedule, trace_problem(info), {info.block_rows, info.block_cols});
     lane.closed_form_note.clear();
   } catch (const std::exception& error) {
     lane.closed_form_note = std::string("no closed form: ") + error.what();
@@ -163,7 +152,7 @@ void set_lane_trace(Lane& lane, Trace trace, std::optional<Counters> counted) {
   // The bounds at M; with block sizes and no M, at the SRAM those blocks need (their working set).
   lane.bound.reset(), lane.lower_bound.reset();
   try {
-    const Problem problem = problem_of(info);
+    const Problem problem = trace_problem(info);
     lane.bound_sram_bytes = info.sram_capacity_bytes > 0
                                 ? info.sram_capacity_bytes
                                 : sim::working_set_bytes(info.schedule, problem, {info.block_rows, info.block_cols});
