@@ -110,17 +110,20 @@ step_ncu() {
   done
 }
 step_ncu_sm90() {
-  # The FA3 forward at d 128 (bf16, batch 4, 16 heads, seqlen 4096, non-causal and causal): time,
+  # The FA3 forward at d 128 (bf16, 16 heads; seqlen 4096 x batch 4, non-causal and causal, and
+  # seqlen 2048 x batch 8 causal): time,
   # tensor-pipe activity, DRAM bytes and the bytes TMA brought into shared memory.
   local names metrics
   names=$(ncu --query-metrics 2>/dev/null | grep -oE "^(sm__pipe_tensor_op_gmma_cycles_active|sm__pipe_tensor_cycles_active|sm__inst_executed_pipe_tensor_op_gmma|l1tex__m_xbar2l1tex_read_bytes|dram__bytes_read|dram__bytes_write|gpu__time_duration|lts__t_sectors_srcunit_tex_op_read)" | sort -u)
   metrics=$(for n in $names; do case $n in sm__pipe*) echo "$n.avg.pct_of_peak_sustained_active";; *) echo "$n.sum";; esac; done | paste -sd,)
   echo "ncu metrics: $metrics"
-  for causal in 0 1; do
+  local shape batch seqlen causal
+  for shape in "4 4096 0" "4 4096 1" "8 2048 1"; do
+    read -r batch seqlen causal <<<"$shape"
     ncu --clock-control none --kernel-name regex:fa3_forward_kernel --launch-skip 1 --launch-count 1 --metrics "$metrics" \
-      $BUILD/tests/kernels/fa2_forward_bench 4 16 4096 128 $causal 2 3 >"$OUT/ncu_fa3_causal$causal.log" 2>&1
-    echo "== FA3 b=4 h=16 s=4096 d=128 causal=$causal"
-    grep -E "gmma|tensor|xbar|dram__|lts__|gpu__time|ERR|rror" "$OUT/ncu_fa3_causal$causal.log"
+      $BUILD/tests/kernels/fa2_forward_bench $batch 16 $seqlen 128 $causal 2 3 >"$OUT/ncu_fa3_s${seqlen}_causal$causal.log" 2>&1
+    echo "== FA3 b=$batch h=16 s=$seqlen d=128 causal=$causal"
+    grep -E "gmma|tensor|xbar|dram__|lts__|gpu__time|ERR|rror" "$OUT/ncu_fa3_s${seqlen}_causal$causal.log"
   done
 }
 step_sanitize_sm90() {

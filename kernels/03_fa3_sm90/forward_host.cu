@@ -118,10 +118,13 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
   params.v_map = make_tma_map(tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
                               "fa3_forward: v");
   params.o_map = make_tma_map(tma_tensor(args.o, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: o");
-  params.batch = problem.batch;
-  params.m_blocks = static_cast<int>(m_blocks);
+  params.order.m_blocks = static_cast<int>(m_blocks);
+  params.order.heads_q = problem.heads_q, params.order.batch = problem.batch;
+  params.order.heaviest_first = problem.mask.causal ? 1 : 0;
+  params.order.section_pairs = fa3::l2_section_pairs(problem.seqlen_k, problem.head_dim, problem.heads_q / problem.heads_kv,
+                                                     kElementBytes, kL2SectionBytes,
+                                                     problem.heads_q * problem.batch);
   params.tiles = static_cast<int>(tiles);
-  params.heaviest_first = problem.mask.causal ? 1 : 0;
 
   // The dynamic scheduler's counter: the caller's workspace or stream-ordered memory, zeroed.
   void* workspace = args.workspace;

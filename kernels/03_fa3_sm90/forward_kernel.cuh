@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/03_fa3_sm90/forward_tiling.hpp"
+#include "kernels/03_fa3_sm90/tile_order.hpp"
 #include "kernels/attention_api.hpp"
 #include "kernels/common/attention_params.hpp"
 #include "kernels/common/constants.hpp"
@@ -42,10 +43,8 @@ namespace flashlab::kernels::fa3 {
 // view of Q, K, V and O.
 struct ForwardParams : AttentionParams {
   CUtensorMap q_map, k_map, v_map, o_map;  // (column, row, head, batch); varlen: one batch of packed rows
-  int batch;
-  int m_blocks;            // query blocks per sequence (of the longest for varlen)
-  int tiles;               // m_blocks * heads_q * batch
-  int heaviest_first;      // causal: tiles with the most keys first, taken dynamically when persistent
+  TileOrder order;         // which tile is the t-th (tile_order.hpp); causal: taken dynamically when persistent
+  int tiles;               // order.tiles(): m_blocks * heads_q * batch
   int* tile_counter;       // zeroed before the launch: the dynamic scheduler's next tile - gridDim.x
 };
 
@@ -55,16 +54,6 @@ using namespace sm90;
 // Named barriers: 1 + w is consumer warpgroup w's GEMM turn, 4 + w its epilogue.
 constexpr int kTurnBarrier = 1, kEpilogueBarrier = 4;
 
-struct TileCoordinates {
-  int m_block, head, batch;
-};
-__device__ __forceinline__ TileCoordinates tile_coordinates(const ForwardParams& p, int tile) {
-  const int heads_batches = p.heads_q * p.batch;
-  // Causal: the last query blocks see the most keys; non-causal: neighbouring tiles share K and V.
-  const int m_block = p.heaviest_first ? p.m_blocks - 1 - tile / heads_batches : tile % p.m_blocks;
-  const int rest = p.heaviest_first ? tile % heads_batches : tile / p.m_blocks;
-  return {m_block, rest % p.heads_q, rest / p.heads_q};
-}
 
 // One tile's sequence (its lengths, where it starts: SequenceView), its key blocks and its mask.
 // The tensor maps address a sequence by (row, batch): position_q / position_k and batch.
@@ -123,10 +112,10 @@ struct Barriers {
 
 template <bool kPersistent, bool kProducer, class Body>
 __device__ __forceinline__ void for_each_tile(const ForwardParams& p, Barriers& bars, const Body& body) {
-  const bool dynamic = kPersistent && p.heaviest_first;
+  const bool dynamic = kPersistent && p.order.heaviest_first;
   int walked = 0;
   for (int tile = blockIdx.x; tile < p.tiles; ++walked) {
-    body(tile_coordinates(p, tile));
+    body(p.order.coordinates(tile));
     if constexpr (!kPersistent) break;
     if (!dynamic) {
       tile += gridDim.x;

@@ -17,6 +17,11 @@ inline constexpr int kTuringSharedBytes = 64 * 1024;   // sm_75 (T4, TITAN RTX)
 inline constexpr int kAmpereSharedBytes = 163 * 1024;  // sm_80 (A100)
 inline constexpr int kHopperSharedBytes = 227 * 1024;  // sm_90 (H100, H200)
 
+// The L2 share a causal FA3 forward keeps the K and V of the tiles in flight within
+// (kernels/03_fa3_sm90/tile_order.hpp): a quarter of the H200's 60 MB L2 measured best of 8, 16,
+// 32 MiB and no sections (docs/bench/h200_fa3_tile_order.md).
+inline constexpr long long kL2SectionBytes = 16ll << 20;
+
 // FA4's conditional rescaling: the running max moves only when a block's max exceeds it by more
 // than this (log2 units), so P = exp2(s - m) stays <= 2^8 = 256, well inside fp16's range.
 inline constexpr float kRescaleThresholdLog2 = 8.0f;

@@ -1,0 +1,87 @@
+// The FA3 forward's tile order (kernels/03_fa3_sm90/tile_order.hpp) on the CPU: every order is a
+// permutation of the (m_block, head, batch) tiles, the causal order is heaviest first inside each
+// section of (head, batch) pairs, and a section holds what the L2 budget holds.
+#include <set>
+#include <tuple>
+
+#include "catch.hpp"
+#include "kernels/03_fa3_sm90/tile_order.hpp"
+
+using flashlab::kernels::fa3::l2_section_pairs;
+using flashlab::kernels::fa3::TileOrder;
+
+namespace {
+
+int pair_of(const TileOrder& order, int tile) {
+  const auto c = order.coordinates(tile);
+  return c.batch * order.heads_q + c.head;
+}
+
+}  // namespace
+
+TEST_CASE("fa3 tile order: every tile exactly once, in range", "[fa3_tile_order]") {
+  for (const int heaviest_first : {0, 1})
+    for (const int m_blocks : {1, 3, 16})
+      for (const int heads_q : {1, 5})
+        for (const int batch : {1, 3})
+          for (const int section_pairs : {1, 2, 4, 7, 1000}) {
+            const TileOrder order{m_blocks, heads_q, batch, heaviest_first, section_pairs};
+            std::set<std::tuple<int, int, int>> seen;
+            for (int tile = 0; tile < order.tiles(); ++tile) {
+              const auto c = order.coordinates(tile);
+              REQUIRE(c.m_block >= 0);
+              REQUIRE(c.m_block < m_blocks);
+              REQUIRE(c.head >= 0);
+              REQUIRE(c.head < heads_q);
+              REQUIRE(c.batch >= 0);
+              REQUIRE(c.batch < batch);
+              seen.insert({c.m_block, c.head, c.batch});
+            }
+            CHECK(static_cast<int>(seen.size()) == order.tiles());
+          }
+}
+
+TEST_CASE("fa3 tile order: without a mask, one head's query blocks are neighbours", "[fa3_tile_order]") {
+  const TileOrder order{4, 3, 2, 0, 1};
+  for (int tile = 0; tile < order.tiles(); ++tile) {
+    const auto c = order.coordinates(tile);
+    CHECK(c.m_block == tile % 4);
+    CHECK(c.head == tile / 4 % 3);
+    CHECK(c.batch == tile / 12);
+  }
+}
+
+TEST_CASE("fa3 tile order: causal, heaviest first within each section", "[fa3_tile_order]") {
+  // 5 heads x 2 sequences = 10 pairs in sections of 4, 4 and 2; 3 query blocks each.
+  const TileOrder order{3, 5, 2, 1, 4};
+  int tile = 0;
+  for (const auto& [first_pair, pairs_here] : {std::pair{0, 4}, std::pair{4, 4}, std::pair{8, 2}}) {
+    for (int m_block = 2; m_block >= 0; --m_block)
+      for (int i = 0; i < pairs_here; ++i, ++tile) {
+        CHECK(order.coordinates(tile).m_block == m_block);
+        CHECK(pair_of(order, tile) == first_pair + i);
+      }
+  }
+  CHECK(tile == order.tiles());
+}
+
+TEST_CASE("fa3 tile order: a section holds the K and V the L2 budget holds", "[fa3_tile_order]") {
+  // seqlen_k 2048, d 128, 2-byte elements: K and V of one head are 1 MiB.
+  CHECK(l2_section_pairs(2048, 128, 1, 2, 32ll << 20, 128) == 32);
+  CHECK(l2_section_pairs(2048, 128, 4, 2, 32ll << 20, 512) == 128);  // 4 query heads per K/V head
+  CHECK(l2_section_pairs(16384, 128, 1, 2, 32ll << 20, 16) == 4);
+  CHECK(l2_section_pairs(1 << 20, 256, 1, 2, 32ll << 20, 16) == 1);  // larger than the budget: one pair
+  CHECK(l2_section_pairs(2048, 128, 1, 2, 1ll << 60, 128) == 128);   // at most every pair
+}
+
+TEST_CASE("fa3 tile order: the largest sections of the largest launches stay in range", "[fa3_tile_order]") {
+  // 2^31 - 1 tiles at most (the host refuses more): a section of every pair is the whole launch.
+  const int pairs = 1 << 14, m_blocks = (1 << 17) - 1;
+  const TileOrder order{m_blocks, 1 << 7, 1 << 7, 1, l2_section_pairs(128, 64, 1, 2, 1ll << 60, pairs)};
+  REQUIRE(order.section_pairs == pairs);
+  const int last = order.tiles() - 1;
+  CHECK(order.coordinates(0).m_block == m_blocks - 1);
+  CHECK(order.coordinates(last).m_block == 0);
+  CHECK(order.coordinates(last).head == (1 << 7) - 1);
+  CHECK(order.coordinates(last).batch == (1 << 7) - 1);
+}
