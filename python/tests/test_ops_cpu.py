@@ -129,9 +129,10 @@ def test_the_rule_catches_a_planted_mask_bug_through_torch():
     assert result.cases and all(c.status == "failed" for c in result.cases), result.summary()
 
 
-@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (3, 2)), (True, (4, -1))])
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (2, 1)), (True, (2, -1))])
 def test_gradcheck_in_fp64_through_the_reference(causal, window):
-    q, k, v = inputs(seqlen_q=7, seqlen_k=9, head_dim=8, requires_grad=True)
+    # Small (176 inputs, two finite differences each): GQA 2/1, seqlen_q < seqlen_k.
+    q, k, v = inputs(seqlen_q=5, seqlen_k=6, heads_q=2, heads_kv=1, head_dim=4, requires_grad=True)
 
     def attention(q, k, v):
         return ops.flash_attn_func(q, k, v, causal=causal, window_size=window, softmax_scale=0.4,
@@ -140,7 +141,8 @@ def test_gradcheck_in_fp64_through_the_reference(causal, window):
 
 
 def test_gradcheck_varlen_with_a_fully_masked_sequence():
-    q, k, v = (t.flatten(0, 1).detach().requires_grad_() for t in inputs(batch=1, seqlen_q=9, seqlen_k=11, head_dim=8))
+    q, k, v = (t.flatten(0, 1).detach().requires_grad_()
+               for t in inputs(batch=1, seqlen_q=9, seqlen_k=11, heads_q=2, heads_kv=1, head_dim=4))
     cu_q, cu_k = torch.tensor([0, 4, 9], dtype=torch.int32), torch.tensor([0, 1, 11], dtype=torch.int32)
 
     def attention(q, k, v):  # sequence 0: 4 queries, 1 key, causal bottom-right: queries 0-2 see none
@@ -148,7 +150,7 @@ def test_gradcheck_varlen_with_a_fully_masked_sequence():
     assert torch.autograd.gradcheck(attention, (q, k, v))
     out, lse = ops.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 10, causal=True, return_lse=True,
                                           generation="reference")
-    assert lse.shape == (4, 9)
+    assert lse.shape == (2, 9)
     assert torch.isneginf(lse[:, :3]).all() and (out[:3] == 0).all()
 
 
