@@ -4,6 +4,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -12,6 +14,7 @@
 #include "algorithms/tile_memory.hpp"
 #include "bindings.hpp"
 #include "json_to_python.hpp"
+#include "kernels/tilings.hpp"
 #include "sim/bounds.hpp"
 #include "sim/check.hpp"
 #include "sim/closed_forms.hpp"
@@ -235,6 +238,18 @@ void bind_machines(nb::module_& m) {
   m.def("machine", [](const std::string& key_or_path, const std::string& directory) {
     return to_python(sim::to_json(find_machine(key_or_path, directory)));
   }, nb::arg("key_or_path"), nb::arg("directory"));
+  // The GPU kernels' compiled tilings (kernels/tilings.hpp, plain C++): all, or those that a
+  // preset's shared memory per block runs.
+  m.def("kernel_tilings", [](const std::string& machine_key, const std::string& directory) {
+    const std::optional<Machine> machine = optional_machine(machine_key, directory);
+    const std::int64_t int_max = std::numeric_limits<int>::max();
+    const std::vector<kernels::KernelTiling> tilings =
+        machine ? kernels::tilings_for_shared_limit(static_cast<int>(std::min(machine->sram_bytes, int_max)))
+                : kernels::dispatched_tilings();
+    nb::list list;
+    for (const kernels::KernelTiling& tiling : tilings) list.append(to_python(sim::to_json(tiling)));
+    return list;
+  }, nb::arg("machine"), nb::arg("directory"));
 }
 
 }  // namespace
