@@ -26,7 +26,11 @@ torch is imported by this module only: `import flashlab` needs numpy alone.
 """
 from typing import Optional
 
-import torch
+try:
+    import torch
+except ImportError as error:
+    raise ImportError("flashlab.ops runs on PyTorch tensors and needs torch (pip install torch); the rest of "
+                      "flashlab does not") from error
 
 from flashlab import _abi, _torch_reference
 from flashlab._abi import KernelError, KernelRefused, KernelsUnavailable
@@ -46,6 +50,13 @@ def kernels_available() -> bool:
 
 def resolve_generation(generation: str, device) -> str:
     """The kernel `generation` stands for on `device` ("auto" resolved by compute capability)."""
+    return _resolve_generation(generation, str(device))
+
+
+# Under torch.compile the answer is a constant of the trace: computed eagerly (it loads the kernel
+# library and asks the device), never traced.
+@torch.compiler.assume_constant_result
+def _resolve_generation(generation: str, device: str) -> str:
     if generation not in GENERATIONS:
         raise ValueError(f"generation = {generation!r}; allowed: {', '.join(repr(g) for g in GENERATIONS)}")
     if generation == "reference":
@@ -215,7 +226,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     # bounds up to max(seqlen_q, seqlen_k)).
     longest = max(max_seqlen_q, max_seqlen_k)
     window_left, window_right = (-1 if w >= longest else w for w in window_size)
-    code = _generation_code(resolve_generation(generation, q.device))
+    code = _generation_code(_resolve_generation(generation, str(q.device)))
     if code != _REFERENCE and q.dtype not in _KERNEL_DTYPES:
         raise ValueError(f"q.dtype = {q.dtype}; allowed: torch.float16, torch.bfloat16 (the kernels), or "
                          "generation='reference' for any floating dtype")

@@ -17,6 +17,9 @@ def test_import_flashlab_and_testing_needs_no_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+    ops_without_torch = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None\n"
+                                        "import flashlab.ops"], capture_output=True, text=True, env=os.environ)
+    assert "flashlab.ops runs on PyTorch tensors and needs torch" in ops_without_torch.stderr
 
 
 torch = pytest.importorskip("torch")
@@ -207,3 +210,19 @@ def test_torch_compile_traces_the_op_without_a_graph_break():
     compiled_grads = torch.autograd.grad(compiled_out.sum(), list(model.parameters()))
     for eager, traced in zip(eager_grads, compiled_grads):
         assert torch.allclose(eager, traced, atol=1e-12)
+
+
+def test_torch_compile_takes_the_generation_as_a_constant(tmp_path, monkeypatch):
+    # Resolving a generation loads the kernel library (ctypes) and asks the device: Dynamo must
+    # not trace that (fullgraph would fail), only use its answer. A stub library stands in here.
+    from test_abi import COMPILER, stub_library
+    if COMPILER is None:
+        pytest.skip("no C compiler for the stub library")
+    monkeypatch.setenv(_abi.LIBRARY_ENVIRONMENT_VARIABLE, str(stub_library(tmp_path)))
+    monkeypatch.setattr(_abi, "_library", None)
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def add_one_for_fa2(x):
+        return x + (1 if ops.resolve_generation("fa2", "cuda:0") == "fa2" else 0)
+    assert add_one_for_fa2(torch.zeros(1)).item() == 1
