@@ -100,13 +100,17 @@ def test_ops_against_sdpa_on_the_odd_shapes(dtype):
             with sdpa_kernel(SDPBackend.MATH):
                 exact = sdpa(q.float(), k.float(), v.float())
             baseline = sdpa(q, k, v)
-            allowed = 2 * (baseline.float() - exact).abs().max().item() + 1e-5
+            # The C++ rule's slack: the output format's rounding of the reference (a row with one
+            # key is V exactly in SDPA and an ulp away where P is not exactly 1).
+            slack = max(1e-5, testing.rounding_slack("bf16" if dtype == torch.bfloat16 else "fp16",
+                                                     exact.flatten().tolist()))
+            allowed = 2 * (baseline.float() - exact).abs().max().item() + slack
             for generation in generations():
                 out = ops.flash_attn_func(q, k, v, causal=causal, generation=generation)
                 error = (out.float() - exact).abs().max().item()
                 assert error <= allowed, f"{generation} {seqlen_q}x{seqlen_k} causal={causal}: {error} > {allowed}"
                 checked += 1
-    assert checked >= 2 * 15
+    assert checked == 18 * len(generations())  # 11 shapes, 7 of them causal with seqlen_q <= seqlen_k
 
 
 def test_sdpa_through_the_same_library():
