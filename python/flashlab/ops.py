@@ -24,6 +24,7 @@ no key; it carries no gradient.
 
 torch is imported by this module only: `import flashlab` needs numpy alone.
 """
+import operator
 from typing import Optional
 
 try:
@@ -188,9 +189,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
         raise ValueError(f"cu_seqlens_k has {cu_seqlens_k.shape[0]} offsets, cu_seqlens_q {cu_seqlens_q.shape[0]}; "
                          "allowed: the same number (batch + 1)")
-    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} = {value!r}; allowed: an int >= 1 (the longest sequence or more)")
+    max_seqlen_q = _integer("max_seqlen_q", max_seqlen_q, 1, "an int >= 1 (the longest sequence or more)")
+    max_seqlen_k = _integer("max_seqlen_k", max_seqlen_k, 1, "an int >= 1 (the longest sequence or more)")
     return _attention(q, k, v, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k,
                       dropout_p, softmax_scale, causal, window_size, deterministic, return_lse, generation)
 
@@ -219,9 +219,10 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         softmax_scale = q.shape[-1] ** -0.5
     elif not (isinstance(softmax_scale, (int, float)) and 0 < softmax_scale < float("inf")):
         raise ValueError(f"softmax_scale = {softmax_scale!r}; allowed: None (1/sqrt(head_dim)) or a positive number")
-    if (not isinstance(window_size, (tuple, list)) or len(window_size) != 2
-            or not all(isinstance(w, int) and w >= -1 for w in window_size)):
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size = {window_size!r}; allowed: (left, right), each -1 (unbounded) or >= 0")
+    window_size = tuple(_integer("window_size", w, -1, "(left, right), each -1 (unbounded) or >= 0",
+                                 shown=window_size) for w in window_size)
     # A bound at least as long as both sequences hides nothing: unbounded, exactly (the ABI takes
     # bounds up to max(seqlen_q, seqlen_k)).
     longest = max(max_seqlen_q, max_seqlen_k)
@@ -236,6 +237,17 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
                                  float(softmax_scale), bool(causal), window_left, window_right, bool(deterministic),
                                  code)
     return (out, lse) if return_lse else out
+
+
+def _integer(name, value, minimum, allowed, shown=None):
+    """value as an int (any integer type, not bool) of at least `minimum`, or a ValueError naming it."""
+    try:
+        number = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        number = None
+    if number is None or number < minimum:
+        raise ValueError(f"{name} = {value if shown is None else shown!r}; allowed: {allowed}")
+    return number
 
 
 def _generation_code(name):
