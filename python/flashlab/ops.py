@@ -92,6 +92,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
     if generation == _REFERENCE:
         return _torch_reference.forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window_left,
                                         window_right)
+    q, k, v = _heads_contiguous(q, k, v)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(_lse_shape(q, cu_seqlens_q), dtype=torch.float32, device=q.device)
     with _KernelCall(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
@@ -119,6 +120,7 @@ def attention_backward(d_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
     if generation == _REFERENCE:
         return _torch_reference.backward(d_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
                                          window_left, window_right)
+    d_out, q, k, v, out = _heads_contiguous(d_out, q, k, v, out)
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     with _KernelCall(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                      window_left, window_right) as call:
@@ -232,7 +234,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         raise ValueError(f"q.dtype = {q.dtype}; allowed: torch.float16, torch.bfloat16 (the kernels), or "
                          "generation='reference' for any floating dtype")
     # The kernels read rows and heads through strides, but a head's elements must be contiguous.
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    q, k, v = _heads_contiguous(q, k, v)
     out, lse = attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                  float(softmax_scale), bool(causal), window_left, window_right, bool(deterministic),
                                  code)
@@ -264,6 +266,12 @@ def _require_rank(rank, layout, **tensors):
     for name, t in tensors.items():
         if t.dim() != rank:
             raise ValueError(f"{name} has shape {tuple(t.shape)}; allowed: {rank} dimensions, {layout}")
+
+
+def _heads_contiguous(*tensors):
+    """The tensors with each head's elements contiguous (the ABI's strides stop at the head), copied
+    where they are not: flash_attn_func sees to it, and this holds it for any caller of the op."""
+    return tuple(t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous() for t in tensors)
 
 
 def _lse_shape(q, cu_seqlens_q):

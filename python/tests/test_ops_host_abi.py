@@ -95,3 +95,15 @@ def test_a_refusal_of_the_library_raises_its_message(host_kernels):
     q, k, v = (t.half() for t in qkv((1, 8, 2, 16), (1, 8, 2, 16)))
     with pytest.raises(ops.KernelRefused, match=r"^host stub: dtype, head_dim; allowed: 2 \(bf16\), at most 512$"):
         ops.flash_attn_func(q, k, v, generation="fa2")
+
+
+def test_heads_that_are_not_contiguous_are_copied_for_the_abi(host_kernels):
+    # The ABI's strides stop at the head: a head whose elements are strided (a transposed view)
+    # reaches it as a contiguous copy, from flash_attn_func and from the op itself.
+    q, k, v = qkv((1, 9, 2, 16), (1, 11, 2, 16))
+    q_strided = q.transpose(1, 3).contiguous().transpose(1, 3)  # same values, head dim stride 18
+    assert q_strided.stride(-1) != 1
+    expected = ops.flash_attn_func(q, k, v, generation="fa2")
+    assert torch.equal(ops.flash_attn_func(q_strided, k, v, generation="fa2"), expected)
+    out, _ = ops.attention_forward(q_strided, k, v, None, None, 9, 11, 0.25, False, -1, -1, False, 2)
+    assert torch.equal(out, expected)
