@@ -1,9 +1,9 @@
-// The C ABI (kernels/c_api.h, whose comment is the contract) over the host API. Tensors are
+// The C ABI (kernels/include/flashlab.h, whose comment is the contract) over the host API. Tensors are
 // passed as device pointers with (batch, row, head) strides in elements, so a PyTorch tensor of
 // any layout with a contiguous last dim goes in as it is. What the ABI adds to the host API's
 // checks is what only the ABI can get wrong: null pointers, enum codes that are not codes, the
 // varlen arrays' pairing and length. Every check runs before any CUDA call.
-#include "kernels/c_api.h"
+#include "flashlab.h"
 
 #include <cstdint>
 #include <exception>
@@ -118,7 +118,22 @@ int guarded(Body&& body) {
 
 extern "C" {
 
+int flashlab_abi_version() { return FLASHLAB_ABI_VERSION; }
+
 const char* flashlab_last_error() { return last_error.c_str(); }
+
+int flashlab_generation_built(int generation) {
+  int built = -1;
+  guarded([&] {
+    require_code("flashlab_generation_built", "generation", generation, 1, 3, "1 (FA1), 2 (FA2), 3 (FA3)");
+#ifdef FLASHLAB_HAVE_SM90A
+    built = 1;
+#else
+    built = generation == 3 ? 0 : 1;
+#endif
+  });
+  return built;
+}
 
 int flashlab_forward(int generation, const FlashlabProblem* problem, void* q, const std::int64_t* q_strides, void* k,
                      const std::int64_t* k_strides, void* v, const std::int64_t* v_strides, void* o,

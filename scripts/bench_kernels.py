@@ -2,8 +2,9 @@
 """Benchmark FlashLab's attention kernels against PyTorch SDPA's flash, cuDNN and
 memory-efficient backends and FlashAttention-4 on the same tensors, in one run on one GPU.
 
-Our kernels are called through the C ABI of libflashlab_kernels_c.so (kernels/c_api.cpp) with
-ctypes, on the very PyTorch tensors that SDPA gets ([batch, heads, seqlen, dim], bf16; "fa3_fp16"
+Our kernels are called through the C ABI of libflashlab_kernels_c.so (kernels/include/flashlab.h)
+with the flashlab package's ctypes loader (python/flashlab/_abi.py), on the very PyTorch tensors
+that SDPA gets ([batch, heads, seqlen, dim], bf16; "fa3_fp16"
 times our Hopper kernel on fp16 copies). FlashAttention-4 (the flash-attn-4 package, its sm90 path
 on Hopper) is timed when it imports, on [batch, seqlen, heads, dim] copies of the same data.
 TFLOP/s use the flash-attention convention: forward 4 * b * h * s^2 * d, halved when causal;
@@ -17,16 +18,18 @@ as fa2@NAME and fa3@NAME in the same rounds; scripts/compare_bench.py sets them 
 --ablation times the FA3 forward with its steps switched on one by one (d 128, causal and not,
 2k and 16k); --gemm times the Hopper rung's GEMM beside torch's bf16 matmul.
 
-Usage (on the GPU machine, after building the kernels):
-  python3 scripts/bench_kernels.py --lib build/device/kernels/libflashlab_kernels_c.so \
+Usage (on the GPU machine, after building the kernels; the package from the build tree or installed):
+  PYTHONPATH=build/device/python python3 scripts/bench_kernels.py --lib build/device/kernels/libflashlab_kernels_c.so \
       --json docs/bench/h200_bench.json --markdown docs/bench/h200_bench.md
+(--lib defaults to the package's own library; without the package on PYTHONPATH the script finds
+python/flashlab of this checkout, whose loader needs no compiled extension.)
 """
 import argparse
-import ctypes
 import datetime
+import importlib.util
 import json
-import math
 import os
+import pathlib
 import platform
 import subprocess
 import sys
@@ -37,77 +40,64 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 
-class FlashlabProblem(ctypes.Structure):
-    _fields_ = [
-        ("dtype", ctypes.c_int), ("batch", ctypes.c_int), ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int),
-        ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int), ("head_dim", ctypes.c_int),
-        ("softmax_scale", ctypes.c_double), ("causal", ctypes.c_int), ("alignment", ctypes.c_int),
-        ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
-        ("cu_seqlens_q_host", ctypes.c_void_p), ("cu_seqlens_k_host", ctypes.c_void_p),
-        ("cu_seqlens_q_device", ctypes.c_void_p), ("cu_seqlens_k_device", ctypes.c_void_p),
-    ]
+def _kernel_abi():
+    """flashlab._abi: the installed package's, else this checkout's python/flashlab/_abi.py (plain
+    Python over ctypes, loadable without the package's compiled core)."""
+    try:
+        from flashlab import _abi  # noqa: PLC0415
+        return _abi
+    except ImportError:
+        path = pathlib.Path(__file__).resolve().parents[1] / "python" / "flashlab" / "_abi.py"
+        spec = importlib.util.spec_from_file_location("flashlab_abi", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
+_abi = _kernel_abi()
 
 
 class Flashlab:
-    """The C ABI, on PyTorch tensors in [batch, heads, seqlen, dim] (any strides, last dim contiguous)."""
+    """Our kernels through the package's loader of the C ABI (flashlab/_abi.py, checked against
+    kernels/include/flashlab.h), on PyTorch tensors in [batch, heads, seqlen, dim] (any strides,
+    last dim contiguous), with outputs the caller allocated once."""
 
     def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        self.lib.flashlab_last_error.restype = ctypes.c_char_p
-        self.has_backward = hasattr(self.lib, "flashlab_backward")
-        self.has_fa3 = hasattr(self.lib, "flashlab_fa3_forward_steps")
+        self.lib = _abi.KernelLibrary(path)
+        self.has_backward = True
+        self.has_fa3 = self.lib.generation_built(_abi.GENERATION_CODES["fa3"])
 
     @staticmethod
-    def strides(t):  # (batch, row, head) strides in elements of a [b, h, s, d] tensor
-        return (ctypes.c_int64 * 3)(t.stride(0), t.stride(2), t.stride(1))
+    def tensor(t):  # data and (batch, row, head) strides in elements of a [b, h, s, d] tensor
+        return t.data_ptr(), (t.stride(0), t.stride(2), t.stride(1))
 
     @staticmethod
     def problem(q, k, causal):
         b, h, s, d = q.shape
-        dtype = {torch.float16: 1, torch.bfloat16: 2}[q.dtype]
-        return FlashlabProblem(dtype, b, h, k.shape[1], s, k.shape[2], d, 0.0, int(causal), 1, -1, -1,
-                               None, None, None, None)
+        dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[q.dtype]
+        return _abi.make_problem(dtype=dtype, batch=b, heads_q=h, heads_kv=k.shape[1], seqlen_q=s, seqlen_k=k.shape[2],
+                                 head_dim=d, causal=causal)
 
-    def _check(self, status):
-        if status != 0:
-            raise RuntimeError(self.lib.flashlab_last_error().decode())
+    @staticmethod
+    def stream():
+        return torch.cuda.current_stream().cuda_stream
 
     def forward(self, generation, q, k, v, o, lse, causal):
-        p = self.problem(q, k, causal)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        lse_strides = (ctypes.c_int64 * 3)(lse.stride(0), lse.stride(2), lse.stride(1))
-        self._check(self.lib.flashlab_forward(
-            generation, ctypes.byref(p), ctypes.c_void_p(q.data_ptr()), self.strides(q),
-            ctypes.c_void_p(k.data_ptr()), self.strides(k), ctypes.c_void_p(v.data_ptr()), self.strides(v),
-            ctypes.c_void_p(o.data_ptr()), self.strides(o), ctypes.c_void_p(lse.data_ptr()), lse_strides, stream))
+        self.lib.forward(generation, self.problem(q, k, causal), *map(self.tensor, (q, k, v, o, lse)), self.stream())
 
     def forward_steps(self, steps, q, k, v, o, lse, causal):
         """The FA3 forward with the ablation's steps (ping_pong, overlap, persistent), each 0 or 1."""
-        p = self.problem(q, k, causal)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        lse_strides = (ctypes.c_int64 * 3)(lse.stride(0), lse.stride(2), lse.stride(1))
-        self._check(self.lib.flashlab_fa3_forward_steps(
-            *steps, ctypes.byref(p), ctypes.c_void_p(q.data_ptr()), self.strides(q),
-            ctypes.c_void_p(k.data_ptr()), self.strides(k), ctypes.c_void_p(v.data_ptr()), self.strides(v),
-            ctypes.c_void_p(o.data_ptr()), self.strides(o), ctypes.c_void_p(lse.data_ptr()), lse_strides, stream))
+        self.lib.fa3_forward_steps(steps, self.problem(q, k, causal), *map(self.tensor, (q, k, v, o, lse)),
+                                   self.stream())
 
     def gemm(self, a, b, c):
         """C = A B^T on the Hopper rung's GEMM (bf16, contiguous)."""
         m, k = a.shape
-        n = b.shape[0]
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self._check(self.lib.flashlab_sm90_gemm_bf16(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
-                                                     ctypes.c_void_p(c.data_ptr()), m, n, k, stream))
+        self.lib.sm90_gemm_bf16(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, b.shape[0], k, self.stream())
 
     def backward(self, q, k, v, o, lse, do, dq, dk, dv, causal):
-        p = self.problem(q, k, causal)
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        lse_strides = (ctypes.c_int64 * 3)(lse.stride(0), lse.stride(2), lse.stride(1))
-        ptr = lambda t: ctypes.c_void_p(t.data_ptr())
-        self._check(self.lib.flashlab_backward(
-            ctypes.byref(p), 0, ptr(q), self.strides(q), ptr(k), self.strides(k), ptr(v), self.strides(v),
-            ptr(o), self.strides(o), ptr(lse), lse_strides, ptr(do), self.strides(do), ptr(dq), self.strides(dq),
-            ptr(dk), self.strides(dk), ptr(dv), self.strides(dv), stream))
+        self.lib.backward(self.problem(q, k, causal), False, *map(self.tensor, (q, k, v, o, lse, do, dq, dk, dv)),
+                          self.stream())
 
 
 def flops_forward(b, h, s, d, causal):
@@ -161,7 +151,7 @@ def interleaved_medians(timers, rounds):
                 continue
             try:
                 times[name].append(timers[name]())
-            except RuntimeError as error:
+            except (RuntimeError, ValueError) as error:  # a CUDA error, or a kernel refusal (KernelRefused)
                 errors[name] = str(error).splitlines()[0]
     return {name: (sorted(t)[len(t) // 2] if t else None) for name, t in times.items()}, errors
 
@@ -261,7 +251,10 @@ def ablation(lib, args):
 def run(args):
     torch.manual_seed(0)
     # Our library first, then the variants (--variant NAME=PATH): their FA2 is timed as "fa2@NAME".
-    libs = {"fa2": Flashlab(args.lib)}
+    library = args.lib or _abi.library_path()
+    if library is None:
+        sys.exit("bench_kernels.py: no kernel library: give --lib, or build the package with CUDA")
+    libs = {"fa2": Flashlab(library)}
     for spec in args.variant:
         name, _, path = spec.partition("=")
         libs[f"fa2@{name}"] = Flashlab(path)
@@ -415,7 +408,8 @@ def markdown(result):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lib", required=True, help="path to libflashlab_kernels_c.so")
+    parser.add_argument("--lib", default=None,
+                        help="path to libflashlab_kernels_c.so (default: the flashlab package's own library)")
     parser.add_argument("--json", required=True)
     parser.add_argument("--markdown", required=True)
     parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch (batch = tokens / seqlen)")

@@ -4,7 +4,9 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 variants compare (default: build tests bench). compare: COMPARE_PATCHES="<git diff
+# sanitize-sm90 fa4 variants compare python (default: build tests bench). python: the Python
+# package in the build tree (flashlab._core and the kernel library) and its pytest suite, the GPU
+# tests (marker gpu) included. compare: COMPARE_PATCHES="<git diff
 # file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
 # bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
 set -uo pipefail
@@ -22,6 +24,19 @@ step_build() {
   cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels test_sm90_primitives flashlab_kernels_c fa2_forward_bench test_fa2_backward_bench} -j16 >>"$OUT/build.log" 2>&1 \
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
   echo "build (sm_90a, -j16): $(( $(date +%s) - start )) s"
+}
+step_python() {
+  start=$(date +%s)
+  [[ -f $BUILD/CMakeCache.txt ]] || step_build
+  cmake -S . -B $BUILD -DPython_EXECUTABLE="$(command -v python3)" >>"$OUT/build.log" 2>&1 \
+    && cmake --build $BUILD --target flashlab_python_core flashlab_python_kernels -j16 >>"$OUT/build.log" 2>&1 \
+    || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; status=1; return; }
+  # pytest-xdist, where present, spreads the cases (their oracle runs on the CPU) over 8 workers.
+  local parallel=(); python3 -c "import xdist" 2>/dev/null && parallel=(-n 8)
+  PYTHONPATH=$PWD/$BUILD/python python3 -m pytest -q -p no:cacheprovider -rs "${parallel[@]}" python/tests \
+    >"$OUT/python_tests.log" 2>&1 || status=1
+  echo "python package tests: status $status in $(( $(date +%s) - start )) s"
+  tail -15 "$OUT/python_tests.log"
 }
 step_example() {
   # The reference library's report on the outside example kernel with the planted bug.

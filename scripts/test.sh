@@ -45,7 +45,7 @@ for stage in "${stages[@]}"; do
       venv=build/python-venv
       rm -rf "$venv" build/pip
       python3 -m venv "$venv"
-      "$venv/bin/python" -m pip install --quiet --config-settings=cmake.define.FLASHLAB_BUILD_KERNELS=OFF . pytest
+      "$venv/bin/python" -m pip install --quiet --config-settings=cmake.define.FLASHLAB_BUILD_KERNELS=OFF . pytest numpy
       # From outside the checkout, so that the installed package is the one imported.
       (cd "$venv" && bin/python -m pytest -q -p no:cacheprovider "$OLDPWD/python/tests")
       ;;

@@ -11,5 +11,6 @@ namespace flashlab::python {
 void bind_problem(nanobind::module_& m);    // Problem, HeadProblem, the limits (problem_bindings.cpp)
 void bind_sim(nanobind::module_& m);        // the simulator: runs, sweeps, traces, machines, closed forms, bounds (sim_bindings.cpp)
 void bind_schedules(nanobind::module_& m);  // schedules written in Python on the tile-memory interface (schedules_bindings.cpp)
+void bind_testing(nanobind::module_& m);    // the submodule testing: the reference-test library's rule and reports (testing_bindings.cpp)
 
 }  // namespace flashlab::python

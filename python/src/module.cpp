@@ -9,4 +9,5 @@ NB_MODULE(_core, m) {
   flashlab::python::bind_problem(m);
   flashlab::python::bind_sim(m);
   // flashlab::python::bind_schedules(m);  (schedules_bindings.cpp, with its source in python/CMakeLists.txt)
+  flashlab::python::bind_testing(m);
 }

@@ -1,10 +1,10 @@
-// The C ABI (kernels/c_api.h) refuses every caller error with FLASHLAB_REFUSED and a message
+// The C ABI (kernels/include/flashlab.h) refuses every caller error with FLASHLAB_REFUSED and a message
 // naming the input, before any CUDA call: these tests need no GPU. The tensors are fake device
 // addresses, never dereferenced. Where no device exists, an accepted call reaches the first CUDA
 // call and comes back FLASHLAB_ERROR naming it: that shows the checks let a valid call through.
 // With a device, accepted calls are not made (they would launch on the fake addresses); the GPU
 // tests (tests/kernels/) run real ones.
-#include "kernels/c_api.h"
+#include "flashlab.h"
 
 #include <cuda_runtime_api.h>
 
@@ -114,6 +114,19 @@ struct Varlen {
 };
 
 }  // namespace
+
+TEST_CASE("C ABI: the library's version is the header's; which generations it has code for", "[abi]") {
+  CHECK(flashlab_abi_version() == FLASHLAB_ABI_VERSION);
+  CHECK(flashlab_generation_built(1) == 1);
+  CHECK(flashlab_generation_built(2) == 1);
+  CHECK(flashlab_generation_built(3) == (FLASHLAB_ABI_HAS_SM90A ? 1 : 0));
+  CHECK(last_error().empty());
+  for (int generation : {0, 4, -1}) {
+    CHECK(flashlab_generation_built(generation) == -1);
+    CHECK(last_error().find("generation = " + std::to_string(generation)) != std::string::npos);
+    CHECK(last_error().find("allowed") != std::string::npos);
+  }
+}
 
 TEST_CASE("C ABI: a valid problem passes every check of every entry", "[abi]") {
   Call call;

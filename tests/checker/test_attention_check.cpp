@@ -208,3 +208,35 @@ TEST_CASE("reference grid: a fully masked row must be exactly O = 0 and LSE = -i
   INFO(right.report);
   CHECK(right.status == CaseResult::Status::passed);
 }
+
+TEST_CASE("reference grid: an implementation without LSE is checked on O alone when check_lse is off", "[checker]") {
+  // As PyTorch's SDPA: O only. With check_lse the unwritten (NaN) LSE fails the case; without it
+  // O decides, fully masked rows included.
+  Problem problem;
+  problem.batch = 2, problem.heads_q = 2, problem.heads_kv = 1, problem.seqlen_q = 239, problem.seqlen_k = 113;
+  problem.head_dim = 40, problem.dtype = DType::bf16, problem.mask.causal = true;
+  const auto o_only = [](const Problem& p, AttentionTensors& t) {
+    AttentionTensors copy = t;
+    cpu_fa2(p, copy);
+    t.O = copy.O;
+  };
+  const CaseResult with_lse = reference::check_forward_case(o_only, problem);
+  INFO(with_lse.report);
+  CHECK(with_lse.status == CaseResult::Status::failed);
+  reference::ForwardCheckOptions o_alone;
+  o_alone.check_lse = false;
+  const CaseResult without_lse = reference::check_forward_case(o_only, problem, o_alone);
+  INFO(without_lse.report);
+  CHECK(without_lse.status == CaseResult::Status::passed);
+  CHECK(without_lse.report.find("LSE: not checked") != std::string::npos);
+  const auto leaks_into_masked_rows = [](const Problem& p, AttentionTensors& t) {
+    cpu_fa2(p, t);
+    for (int row = 0; row < t.O.rows; ++row)
+      for (int h = 0; h < t.O.heads; ++h)
+        if (t.LSE.at(row, h, 0) == -INFINITY) t.O.at(row, h, 0) = round_to(p.dtype, 1e-3f);
+  };
+  const CaseResult leaky = reference::check_forward_case(leaks_into_masked_rows, problem, o_alone);
+  INFO(leaky.report);
+  CHECK(leaky.status == CaseResult::Status::failed);
+  CHECK(leaky.report.find("fully masked rows not exactly O = 0:") != std::string::npos);
+}

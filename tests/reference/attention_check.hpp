@@ -51,6 +51,9 @@ struct ForwardCheckOptions {
   double key_growth = 0;
   // != 1: Q and K multiplied by it (scale_queries_and_keys), for scores in the thousands.
   double input_scale = 1;
+  // false: the implementation gives no LSE (as PyTorch's SDPA): LSE is neither compared nor part
+  // of the fully-masked-row and determinism checks, and the report says so.
+  bool check_lse = true;
 };
 
 struct CaseResult {

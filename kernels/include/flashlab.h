@@ -1,6 +1,15 @@
-/* The C ABI of libflashlab_kernels_c (kernels/c_api.cpp): the host API of attention_api.hpp for
- * Python's ctypes (scripts/bench_kernels.py mirrors FlashlabProblem field by field) or any other
- * language. Plain C: integers, doubles and pointers.
+/* flashlab.h: the public C ABI of libflashlab_kernels_c (kernels/c_api.cpp), the host API of
+ * attention_api.hpp for Python (the flashlab package loads it with ctypes: python/flashlab/_abi.py)
+ * or any other language. Plain C: integers, doubles and pointers. The library exports these
+ * functions and nothing else (tests/abi/exported_symbols.sh holds it to that).
+ *
+ * Versions. FLASHLAB_ABI_VERSION is the version of this header; flashlab_abi_version() that of
+ * the library. A caller that mirrors the declarations below (a binding in another language)
+ * checks that the two are equal before any other call: any change to a declaration, a struct
+ * field or the meaning of a code bumps the version.
+ *   1: the first versioned ABI. Every entry that launches work takes the stream it runs on
+ *      (a cudaStream_t as void*; NULL is the legacy default stream) and runs on the current
+ *      CUDA device.
  *
  * Every entry returns FLASHLAB_OK, FLASHLAB_REFUSED when an input breaks the contract below (the
  * message of flashlab_last_error() names the input and the allowed range; nothing was launched)
@@ -31,10 +40,19 @@
  *   fine when they have the same strides and shape).
  * - Flags (ping_pong, intra_warpgroup_overlap, persistent, deterministic): 0 or 1.
  */
-#ifndef FLASHLAB_KERNELS_C_API_H
-#define FLASHLAB_KERNELS_C_API_H
+#ifndef FLASHLAB_H
+#define FLASHLAB_H
 
 #include <stdint.h>
+
+#define FLASHLAB_ABI_VERSION 1
+
+/* What the shared library exports (everything else in it has hidden visibility). */
+#if defined(__GNUC__) || defined(__clang__)
+#define FLASHLAB_API __attribute__((visibility("default")))
+#else
+#define FLASHLAB_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,32 +71,42 @@ typedef struct FlashlabProblem {
   const int* cu_seqlens_k_device;
 } FlashlabProblem;
 
+/* The library's FLASHLAB_ABI_VERSION. Needs no device, never fails. */
+FLASHLAB_API int flashlab_abi_version(void);
+
 /* The message of this thread's last call (empty after a success). */
-const char* flashlab_last_error(void);
+FLASHLAB_API const char* flashlab_last_error(void);
+
+/* 1 when the library holds device code for the generation (1 FA1, 2 FA2: always; 3 FA3: a build
+ * whose CUDA architectures include 90a), 0 when it does not, -1 for a code that is no generation
+ * (flashlab_last_error() names it). Needs no device. */
+FLASHLAB_API int flashlab_generation_built(int generation);
 
 /* generation: 1 = FA1 forward, 2 = FA2 forward, 3 = FA3 forward (Hopper). lse: fp32, one column. */
-int flashlab_forward(int generation, const FlashlabProblem* problem, void* q, const int64_t* q_strides, void* k,
-                     const int64_t* k_strides, void* v, const int64_t* v_strides, void* o, const int64_t* o_strides,
-                     float* lse, const int64_t* lse_strides, void* stream);
+FLASHLAB_API int flashlab_forward(int generation, const FlashlabProblem* problem, void* q, const int64_t* q_strides,
+                                  void* k, const int64_t* k_strides, void* v, const int64_t* v_strides, void* o,
+                                  const int64_t* o_strides, float* lse, const int64_t* lse_strides, void* stream);
 
 /* The FA3 forward with some of its steps off, for the ablation. */
-int flashlab_fa3_forward_steps(int ping_pong, int intra_warpgroup_overlap, int persistent,
-                               const FlashlabProblem* problem, void* q, const int64_t* q_strides, void* k,
-                               const int64_t* k_strides, void* v, const int64_t* v_strides, void* o,
-                               const int64_t* o_strides, float* lse, const int64_t* lse_strides, void* stream);
+FLASHLAB_API int flashlab_fa3_forward_steps(int ping_pong, int intra_warpgroup_overlap, int persistent,
+                                            const FlashlabProblem* problem, void* q, const int64_t* q_strides,
+                                            void* k, const int64_t* k_strides, void* v, const int64_t* v_strides,
+                                            void* o, const int64_t* o_strides, float* lse,
+                                            const int64_t* lse_strides, void* stream);
 
 /* The Hopper rung's GEMM: C [m, n] = A [m, k] B [n, k]^T, bf16, contiguous row-major. */
-int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, void* stream);
+FLASHLAB_API int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, void* stream);
 
 /* FA2 backward: dQ, dK, dV from Q, K, V, O, LSE and dO (workspace allocated by the call). */
-int flashlab_backward(const FlashlabProblem* problem, int deterministic, void* q, const int64_t* q_strides, void* k,
-                      const int64_t* k_strides, void* v, const int64_t* v_strides, void* o, const int64_t* o_strides,
-                      float* lse, const int64_t* lse_strides, void* d_o, const int64_t* d_o_strides, void* dq,
-                      const int64_t* dq_strides, void* dk, const int64_t* dk_strides, void* dv,
-                      const int64_t* dv_strides, void* stream);
+FLASHLAB_API int flashlab_backward(const FlashlabProblem* problem, int deterministic, void* q,
+                                   const int64_t* q_strides, void* k, const int64_t* k_strides, void* v,
+                                   const int64_t* v_strides, void* o, const int64_t* o_strides, float* lse,
+                                   const int64_t* lse_strides, void* d_o, const int64_t* d_o_strides, void* dq,
+                                   const int64_t* dq_strides, void* dk, const int64_t* dk_strides, void* dv,
+                                   const int64_t* dv_strides, void* stream);
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* FLASHLAB_KERNELS_C_API_H */
+#endif /* FLASHLAB_H */
