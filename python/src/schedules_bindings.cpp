@@ -10,7 +10,9 @@
 //
 // Every argument C++ would guarantee by type or scope is checked (schedule_arguments.hpp); a
 // misuse raises ValueError with the C++ message, an SRAM overflow raises SramOverflow with the
-// arena's message.
+// arena's message. Problem, HeadProblem, BlockCoverage, Trace and the exceptions SramOverflow and
+// TraceOverflow are bound by problem_bindings.cpp and sim_bindings.cpp; counters come back as the
+// simulator's records (sim/report.hpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -31,8 +33,10 @@
 #include "algorithms/run_schedule.hpp"
 #include "algorithms/tile_memory.hpp"
 #include "bindings.hpp"
+#include "json_to_python.hpp"
 #include "schedule_arguments.hpp"
 #include "sim/check.hpp"
+#include "sim/report.hpp"
 #include "sim/schedules.hpp"
 #include "sim/trace.hpp"
 #include "viz/replay.hpp"
@@ -42,13 +46,6 @@ using namespace nb::literals;
 
 namespace flashlab::python {
 namespace {
-
-// One (sequence, head) of a problem, owning a copy of the problem its HeadProblem points into
-// (block sparsity), so the head stays valid whatever happens to the Python Problem.
-struct PyHeadProblem {
-  std::shared_ptr<const Problem> problem;
-  HeadProblem head;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Checks on whole-problem inputs
@@ -163,22 +160,22 @@ void bind_memory(nb::module_& m, const char* name, const char* doc) {
   nb::class_<M>(m, name, doc)
       .def(
           "__init__",
-          [](M* self, DType dtype, std::int64_t sram_bytes, TraceRecorder* trace) {
+          [](M* self, const std::string& dtype, std::int64_t sram_bytes, TraceRecorder* trace) {
             if (sram_bytes < 0 || sram_bytes > kMaxSramBytes) {
               throw std::invalid_argument("sram_bytes = " + std::to_string(sram_bytes) + "; allowed: 0.." +
                                           std::to_string(kMaxSramBytes) + " (0: unbounded)");
             }
-            new (self) M(MemoryConfig{dtype, sram_bytes}, trace);
+            new (self) M(MemoryConfig{dtype_from_string(dtype), sram_bytes}, trace);
           },
-          "dtype"_a = DType::fp32, "sram_bytes"_a = 0, "trace"_a = nb::none(), nb::keep_alive<1, 4>(),
+          "dtype"_a = "fp32", "sram_bytes"_a = 0, "trace"_a = nb::none(), nb::keep_alive<1, 4>(),
           "A memory model: dtype of inputs, outputs and score tiles; sram_bytes is M, the arena's capacity (0: "
           "unbounded); trace: a TraceRecorder that receives every event.")
       .def_ro_static("with_data", &M::with_data)
       .def("counters", &M::counters, "The counters so far, with the SRAM peak filled in.")
-      .def_prop_ro("dtype", [](const M& mem) { return mem.config().dtype; })
+      .def_prop_ro("dtype", [](const M& mem) { return std::string(to_string(mem.config().dtype)); })
       .def_prop_ro("sram_bytes", [](const M& mem) { return mem.config().sram_capacity_bytes; })
       .def_prop_ro("sram_in_use_bytes", &M::sram_in_use_bytes)
-      .def("tile_dtype", &M::tile_dtype, "id"_a)
+      .def("tile_dtype", [](const M& mem, TensorId id) { return std::string(to_string(mem.tile_dtype(id))); }, "id"_a)
       .def("holds", &M::holds, "tile"_a, "Whether the tile lives in this model's SRAM.")
       // Movement between HBM and SRAM
       .def("load", &load<M>, "source"_a, "rows"_a, "cols"_a = nb::none(), alive,
@@ -251,26 +248,26 @@ void bind_memory(nb::module_& m, const char* name, const char* doc) {
       // Score modification and masking
       .def(
           "apply_score_mods",
-          [](M& mem, Tile& s, const PyHeadProblem& head) {
+          [](M& mem, Tile& s, const HeadProblem& head) {
             held(mem, s, "apply_score_mods", "s");
-            require_score_tile(s, head.head, "apply_score_mods");
-            mem.apply_score_mods(s, head.head);
+            require_score_tile(s, head, "apply_score_mods");
+            mem.apply_score_mods(s, head);
           },
           "s"_a, "head"_a, "In place on a scaled score tile: softcap, ALiBi, then -inf where the mask hides the key.")
       .def(
           "chain_score_mods",
-          [](M& mem, Tile& ds, const Tile& s_scaled, const PyHeadProblem& head) {
+          [](M& mem, Tile& ds, const Tile& s_scaled, const HeadProblem& head) {
             held(mem, ds, "chain_score_mods", "ds");
             held(mem, s_scaled, "chain_score_mods", "s_scaled");
-            mem.chain_score_mods(ds, s_scaled, head.head);
+            mem.chain_score_mods(ds, s_scaled, head);
           },
           "ds"_a, "s_scaled"_a, "head"_a)
       .def(
           "apply_dropout",
-          [](M& mem, Tile& p, const PyHeadProblem& head) {
+          [](M& mem, Tile& p, const HeadProblem& head) {
             held(mem, p, "apply_dropout", "p");
-            require_score_tile(p, head.head, "apply_dropout");
-            mem.apply_dropout(p, head.head);
+            require_score_tile(p, head, "apply_dropout");
+            mem.apply_dropout(p, head);
           },
           "p"_a, "head"_a)
       // Row statistics and the softmax
@@ -370,18 +367,18 @@ void bind_softmax_helpers(nb::module_& m) {
       "mem"_a, "rows"_a, "value_dim"_a, nb::keep_alive<0, 1>(), "FA2 Algorithm 1, line 5: O = 0, l = 0, m = -inf.");
   m.def(
       "online_softmax_update",
-      [require_state](M& mem, SoftmaxState& state, const Tile& s, const Tile& v, const PyHeadProblem& head) {
+      [require_state](M& mem, SoftmaxState& state, const Tile& s, const Tile& v, const HeadProblem& head) {
         require_state(mem, state, "online_softmax_update");
         held(mem, s, "online_softmax_update", "s");
         held(mem, v, "online_softmax_update", "v");
-        require_score_tile(s, head.head, "online_softmax_update");
+        require_score_tile(s, head, "online_softmax_update");
         // The shapes the update multiplies: checked by the memory model's ops as they run, but a
         // failure half way would leave the state half updated.
         if (s.row_count() != state.o.row_count() || s.col_count() != v.row_count() || v.col_count() != state.o.col_count())
           throw std::invalid_argument("online_softmax_update: S " + s.describe() + " and V " + v.describe() +
                                       " do not fit the state's O " + state.o.describe() +
                                       "; allowed: S rows x keys, V keys x value dim");
-        online_softmax_update(mem, state, s, v, head.head);
+        online_softmax_update(mem, state, s, v, head);
       },
       "mem"_a, "state"_a, "s"_a, "v"_a, "head"_a, "FA2 Algorithm 1, lines 9-10: fold S and V into the state.");
   m.def(
@@ -394,57 +391,10 @@ void bind_softmax_helpers(nb::module_& m) {
       "FA2 Algorithm 1, lines 12-13: O = diag(l)^-1 O in place; returns LSE = m + log(l).");
 }
 
-// ---------------------------------------------------------------------------------------------
-// Types shared with flashlab.sim: bound here only when the simulator's bindings have not.
-
-template <class T>
-bool unbound() {
-  return !nb::type<T>().is_valid();
-}
-
-void bind_shared_types(nb::module_& m) {
-  if (unbound<DType>()) {
-    nb::enum_<DType>(m, "DType").value("fp32", DType::fp32).value("fp16", DType::fp16).value("bf16", DType::bf16);
-  }
-  if (unbound<TensorId>()) {
-    nb::enum_<TensorId> ids(m, "TensorId", "Every tensor a schedule can move or compute.");
-    for (int i = 0; i < kTensorCount; ++i) ids.value(to_string(TensorId(i)), TensorId(i));
-  }
-  if (unbound<TensorTraffic>()) {
-    nb::class_<TensorTraffic>(m, "TensorTraffic")
-        .def_ro("hbm_read_elements", &TensorTraffic::hbm_read_elements)
-        .def_ro("hbm_write_elements", &TensorTraffic::hbm_write_elements)
-        .def_ro("hbm_read_bytes", &TensorTraffic::hbm_read_bytes)
-        .def_ro("hbm_write_bytes", &TensorTraffic::hbm_write_bytes)
-        .def(nb::self == nb::self);
-  }
-  if (unbound<Counters>()) {
-    nb::class_<Counters>(m, "Counters")
-        .def(nb::init<>())
-        .def("__getitem__", [](const Counters& c, TensorId id) { return c[id]; }, "id"_a)
-        .def_ro("matmul_flops", &Counters::matmul_flops)
-        .def_ro("exponentials", &Counters::exponentials)
-        .def_ro("other_flops", &Counters::other_flops)
-        .def_ro("sram_peak_bytes", &Counters::sram_peak_bytes)
-        .def_ro("loads", &Counters::loads)
-        .def_ro("stores", &Counters::stores)
-        .def("hbm_read_bytes", &Counters::hbm_read_bytes)
-        .def("hbm_write_bytes", &Counters::hbm_write_bytes)
-        .def("hbm_bytes", &Counters::hbm_bytes)
-        .def("__iadd__", [](Counters& c, const Counters& other) -> Counters& { return c += other; }, nb::rv_policy::none)
-        .def(nb::self == nb::self);
-  }
-}
-
 }  // namespace
-}  // namespace flashlab::python
 
 void bind_schedules(nb::module_& m) {
-  using namespace flashlab;
-  using namespace flashlab::python;
-
-  nb::exception<SramOverflow>(m, "SramOverflow", PyExc_RuntimeError);
-  nb::exception<TraceOverflow>(m, "TraceOverflow", PyExc_RuntimeError);
+  // SramOverflow and TraceOverflow are the simulator's exceptions (sim_bindings.cpp), raised here too.
   // The memory model's own refusals (a window outside its tensor, shapes that differ) are
   // std::logic_error: a misuse of the interface, a ValueError in Python.
   nb::register_exception_translator([](const std::exception_ptr& error, void*) {
@@ -457,7 +407,19 @@ void bind_schedules(nb::module_& m) {
     }
   });
 
-  bind_shared_types(m);
+  nb::enum_<TensorId> ids(m, "TensorId", "Every tensor a schedule can move or compute (counted apart).");
+  for (int i = 0; i < kTensorCount; ++i) ids.value(to_string(TensorId(i)), TensorId(i));
+  nb::enum_<Transpose>(m, "Transpose").value("no", Transpose::no).value("yes", Transpose::yes);
+
+  nb::class_<Counters>(m, "Counters", "A memory model's counts; to_dict() is the simulator's record of them.")
+      .def(nb::init<>())
+      .def("to_dict", [](const Counters& c) { return to_python(sim::to_json(c)); })
+      .def("hbm_bytes", &Counters::hbm_bytes)
+      .def_ro("sram_peak_bytes", &Counters::sram_peak_bytes)
+      .def(
+          "__iadd__", [](Counters& c, const Counters& other) -> Counters& { return c += other; }, nb::rv_policy::none,
+          "Sums traffic and FLOPs (checked, never wrapped); the SRAM peak is the maximum.")
+      .def(nb::self == nb::self);
 
   nb::class_<Range>(m, "Range", "A half-open range [begin, begin + size) of rows or columns.")
       .def(nb::init<int, int>(), "begin"_a, "size"_a)
@@ -469,18 +431,11 @@ void bind_schedules(nb::module_& m) {
         return "Range(" + std::to_string(r.begin) + ", " + std::to_string(r.size) + ")";
       });
 
-  nb::enum_<Transpose>(m, "Transpose").value("no", Transpose::no).value("yes", Transpose::yes);
-
-  nb::enum_<HeadProblem::BlockCoverage>(m, "BlockCoverage", "How much of a block the mask shows.")
-      .value("empty", HeadProblem::BlockCoverage::empty)
-      .value("partial", HeadProblem::BlockCoverage::partial)
-      .value("full", HeadProblem::BlockCoverage::full);
-
   nb::class_<Tile>(m, "Tile",
                    "A tile in SRAM: its tensor, its position in that tensor and, in data runs, its values. It holds "
                    "SRAM until freed (tile.free(), or when Python drops it).")
       .def_prop_ro("id", &Tile::id)
-      .def_prop_ro("dtype", &Tile::dtype)
+      .def_prop_ro("dtype", [](const Tile& t) { return std::string(to_string(t.dtype())); })
       .def_prop_ro("rows", &Tile::rows)
       .def_prop_ro("cols", &Tile::cols)
       .def_prop_ro("row_count", &Tile::row_count)
@@ -504,7 +459,7 @@ void bind_schedules(nb::module_& m) {
 
   nb::class_<HbmMatrix>(m, "HbmMatrix", "A tensor of one head in HBM, as a schedule sees it.")
       .def_prop_ro("id", [](const HbmMatrix& x) { return x.id; })
-      .def_prop_ro("dtype", [](const HbmMatrix& x) { return x.dtype; })
+      .def_prop_ro("dtype", [](const HbmMatrix& x) { return std::string(to_string(x.dtype)); })
       .def_prop_ro("rows", [](const HbmMatrix& x) { return x.rows; })
       .def_prop_ro("cols", [](const HbmMatrix& x) { return x.cols; })
       .def_prop_ro("has_data", [](const HbmMatrix& x) { return x.data != nullptr; })
@@ -535,64 +490,13 @@ void bind_schedules(nb::module_& m) {
       .def_prop_ro("dK", tensor_field(&HeadTensors::dK), nb::rv_policy::reference_internal)
       .def_prop_ro("dV", tensor_field(&HeadTensors::dV), nb::rv_policy::reference_internal);
 
-  nb::class_<PyHeadProblem>(m, "HeadProblem",
-                            "One (sequence, head) of a problem: its sizes, and the rules of masking and score "
-                            "modification written once in C++.")
-      .def_prop_ro("batch_index", [](const PyHeadProblem& h) { return h.head.batch_index; })
-      .def_prop_ro("head_index", [](const PyHeadProblem& h) { return h.head.head_index; })
-      .def_prop_ro("seqlen_q", [](const PyHeadProblem& h) { return h.head.seqlen_q; })
-      .def_prop_ro("seqlen_k", [](const PyHeadProblem& h) { return h.head.seqlen_k; })
-      .def_prop_ro("head_dim", [](const PyHeadProblem& h) { return h.head.head_dim; })
-      .def_prop_ro("head_dim_v", [](const PyHeadProblem& h) { return h.head.head_dim_v; })
-      .def_prop_ro("scale", [](const PyHeadProblem& h) { return h.head.scale; })
-      .def_prop_ro("alibi_slope", [](const PyHeadProblem& h) { return h.head.alibi_slope; })
-      .def_prop_ro("softcap", [](const PyHeadProblem& h) { return h.head.softcap; })
-      .def_prop_ro("dropout_probability", [](const PyHeadProblem& h) { return h.head.dropout.probability; })
-      .def_prop_ro("dtype", [](const PyHeadProblem& h) { return h.head.dtype; })
-      .def_prop_ro("problem", [](const PyHeadProblem& h) { return *h.problem; }, "A copy of the whole problem.")
-      .def("diagonal_offset", [](const PyHeadProblem& h) { return h.head.diagonal_offset(); })
-      .def("modifies_scores", [](const PyHeadProblem& h) { return h.head.modifies_scores(); },
-           "Whether softcap or ALiBi change visible scores (then every score tile needs apply_score_mods).")
-      .def(
-          "key_visible",
-          [](const PyHeadProblem& h, int row, int col) {
-            require_span("key_visible", "row", row, row + 1, h.head.seqlen_q, "seqlen_q");
-            require_span("key_visible", "col", col, col + 1, h.head.seqlen_k, "seqlen_k");
-            return h.head.key_visible(row, col);
-          },
-          "row"_a, "col"_a)
-      .def(
-          "visible_key_range",
-          [](const PyHeadProblem& h, int row_begin, int row_end) {
-            require_span("visible_key_range", "rows", row_begin, row_end, h.head.seqlen_q, "seqlen_q");
-            return h.head.visible_key_range(row_begin, row_end);
-          },
-          "row_begin"_a, "row_end"_a, "The keys [first, last) rows [row_begin, row_end) can see at all (causal, window).")
-      .def(
-          "coverage",
-          [](const PyHeadProblem& h, int row_begin, int row_end, int col_begin, int col_end) {
-            require_span("coverage", "rows", row_begin, row_end, h.head.seqlen_q, "seqlen_q");
-            require_span("coverage", "cols", col_begin, col_end, h.head.seqlen_k, "seqlen_k");
-            return h.head.coverage(row_begin, row_end, col_begin, col_end);
-          },
-          "row_begin"_a, "row_end"_a, "col_begin"_a, "col_end"_a,
-          "Whether the mask hides the block entirely (empty), shows all of it (full) or part (partial).")
-      .def("__repr__", [](const PyHeadProblem& h) {
-        return "<HeadProblem batch " + std::to_string(h.head.batch_index) + ", head " + std::to_string(h.head.head_index) +
-               ", N " + std::to_string(h.head.seqlen_q) + " x " + std::to_string(h.head.seqlen_k) + ", d " +
-               std::to_string(h.head.head_dim) + "/" + std::to_string(h.head.head_dim_v) + ">";
-      });
-
-  m.def(
-      "head_problem",
-      [](const Problem& problem, int batch_index, int head_index) {
-        problem.validate();
-        require_index("batch_index", batch_index, problem.batch, "batch");
-        require_index("head_index", head_index, problem.heads_q, "heads_q");
-        auto owned = std::make_shared<const Problem>(problem);
-        return PyHeadProblem{owned, head_problem(*owned, batch_index, head_index)};
-      },
-      "problem"_a, "batch_index"_a, "head_index"_a, "One (sequence, query head) of a problem.");
+  // HeadProblem (problem_bindings.cpp) gains what a schedule asks besides the mask rules.
+  nb::handle head_type = nb::type<HeadProblem>();
+  if (!nb::hasattr(head_type, "modifies_scores")) {
+    head_type.attr("modifies_scores") =
+        nb::cpp_function([](const HeadProblem& h) { return h.modifies_scores(); }, nb::is_method(),
+                         nb::name("modifies_scores"), "whether softcap or ALiBi change visible scores");
+  }
 
   // The state's tiles are views into it; assigning a tile moves it in (the old name no longer holds
   // it), as `state.m = std::move(m_new)` does in C++.
@@ -609,6 +513,29 @@ void bind_schedules(nb::module_& m) {
         .def_prop_rw("l", get_l, set_l, nb::rv_policy::reference_internal)
         .def_prop_rw("o", get_o, set_o, nb::rv_policy::reference_internal);
   }
+
+  nb::class_<TraceRecorder>(m, "TraceRecorder",
+                            "Keeps the events of a run (a memory model's trace=) in a bounded store; never cuts a "
+                            "trace short silently.")
+      .def(nb::init<std::size_t, std::int64_t, std::int64_t>(), "max_events"_a = TraceRecorder::kDefaultMaxEvents,
+           "value_elements"_a = 0, "max_values"_a = kMaxTraceValues)
+      .def_prop_ro("max_events", &TraceRecorder::max_events)
+      .def_prop_ro("seen_events", &TraceRecorder::seen_events)
+      .def_prop_ro("overflowed", &TraceRecorder::overflowed)
+      .def(
+          "finish",
+          [](TraceRecorder& recorder, const std::string& schedule, const Problem& problem, std::int64_t sram_bytes,
+             int block_rows, int block_cols) {
+            problem.validate();
+            Trace trace = recorder.finish(trace_info(schedule, problem, sram_bytes, block_rows, block_cols));
+            validate_trace(trace, "the trace of " + schedule);  // what the loader will check
+            return trace;
+          },
+          "schedule"_a, "problem"_a, "sram_bytes"_a, "block_rows"_a, "block_cols"_a,
+          "The trace of a finished one-head run, with its header; TraceOverflow when the run did not fit.");
+  m.def(
+      "check_replayable", [](const Trace& trace) { viz::check_replayable(trace, "the trace of " + trace.info.schedule); },
+      "trace"_a, "Raises ValueError unless the visualizer can replay the trace (its limits and checks).");
 
   bind_memory<DataMemory>(m, "DataMemory",
                           "The CPU reference memory model: tiles hold values and the math runs; counts as ShapeMemory.");
@@ -630,31 +557,26 @@ void bind_schedules(nb::module_& m) {
       .def_prop_ro("V", host_field(&AttentionTensors::V), nb::rv_policy::automatic)
       .def_prop_ro("O", host_field(&AttentionTensors::O), nb::rv_policy::automatic)
       .def_prop_ro("LSE", host_field(&AttentionTensors::LSE), nb::rv_policy::automatic)
-      .def_prop_ro("dO", host_field(&AttentionTensors::dO), nb::rv_policy::automatic)
-      .def_prop_ro("dQ", host_field(&AttentionTensors::dQ), nb::rv_policy::automatic)
-      .def_prop_ro("dK", host_field(&AttentionTensors::dK), nb::rv_policy::automatic)
-      .def_prop_ro("dV", host_field(&AttentionTensors::dV), nb::rv_policy::automatic)
       .def(
           "assign",
           [](AttentionTensors& t, TensorId id, nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu> values) {
-            HostTensor* fields[] = {&t.Q, &t.K, &t.V, &t.O, &t.LSE, &t.dO, &t.dQ, &t.dK, &t.dV};
+            HostTensor* fields[] = {&t.Q, &t.K, &t.V};
             for (HostTensor* field : fields) {
               if (field->id == id) return assign_host_tensor(*field, values);
             }
-            throw std::invalid_argument(std::string("assign: ") + to_string(id) +
-                                        " is not a tensor of a problem; allowed: Q, K, V, O, LSE, dO, dQ, dK, dV");
+            throw std::invalid_argument(std::string("assign: ") + to_string(id) + "; allowed: Q, K, V (the inputs)");
           },
-          "id"_a, "values"_a, "Copies a float32 [rows, heads, dim] array into a tensor, rounded to its dtype.");
+          "id"_a, "values"_a, "Copies a float32 [rows, heads, dim] array into an input, rounded to its dtype.");
 
   m.def(
       "random_tensors",
-      [](const Problem& problem, std::uint64_t seed, bool with_backward) {
+      [](const Problem& problem, std::uint64_t seed) {
         problem.validate();
-        require_tensor_memory(problem, with_backward);
-        return sim::random_tensors(problem, seed, with_backward);
+        require_tensor_memory(problem, false);
+        return sim::random_tensors(problem, seed, false);
       },
-      "problem"_a, "seed"_a = 1, "with_backward"_a = false,
-      "Standard normal Q, K, V (and dO) rounded to the dtype, as the simulator's data runs draw them; outputs NaN.");
+      "problem"_a, "seed"_a = 1,
+      "Standard normal Q, K, V rounded to the dtype, as the simulator's data runs draw them; O and LSE NaN.");
 
   m.def(
       "head_tensors",
@@ -664,7 +586,7 @@ void bind_schedules(nb::module_& m) {
         require_index("batch_index", batch_index, problem.batch, "batch");
         require_index("head_index", head_index, problem.heads_q, "heads_q");
         HeadTensors x = head_tensors(tensors, problem, batch_index, head_index);
-        // Views of buffers this run lacks (a forward run's gradients) still name their tensor.
+        // Views of buffers a forward run lacks (the gradients) still name their tensor.
         x.dO.id = TensorId::dO, x.dQ.id = TensorId::dQ, x.dK.id = TensorId::dK, x.dV.id = TensorId::dV;
         return x;
       },
@@ -681,81 +603,28 @@ void bind_schedules(nb::module_& m) {
       "problem"_a, "batch_index"_a, "The HBM views of sequence b with shapes and no data, for ShapeMemory runs.");
 
   m.def(
-      "oracle_errors",
+      "oracle_check",
       [](const Problem& problem, const AttentionTensors& tensors) {
         problem.validate();
         require_tensors_of(tensors, problem);
-        if (oracle_bytes(problem, false) > kMaxDataBytes) {
-          throw std::invalid_argument("the oracle of this problem needs " + std::to_string(oracle_bytes(problem, false)) +
+        const std::int64_t bytes = oracle_bytes(problem, false);
+        if (bytes > kMaxDataBytes) {
+          throw std::invalid_argument("the oracle of this problem needs " + std::to_string(bytes) +
                                       " bytes; allowed: at most " + std::to_string(kMaxDataBytes));
         }
-        const OracleResult oracle = oracle_attention(problem, tensors);
-        return std::pair{sim::max_error(tensors.O, oracle.O), sim::max_error(tensors.LSE, oracle.LSE)};
+        OracleResult oracle;
+        {
+          nb::gil_scoped_release release;
+          oracle = oracle_attention(problem, tensors);
+        }
+        nb::dict errors;
+        errors["O"] = sim::max_error(tensors.O, oracle.O);
+        errors["LSE"] = sim::max_error(tensors.LSE, oracle.LSE);
+        return nb::make_tuple(errors, sim::check_tolerance(problem.dtype, sim::Pass::forward));
       },
       "problem"_a, "tensors"_a,
-      "The largest |error| of O and of LSE against the double-precision oracle on the tensors' inputs.");
-
-  // --- Traces ---------------------------------------------------------------------------------
-
-  nb::class_<TraceRecorder>(m, "TraceRecorder",
-                            "Keeps the events of a run (a memory model's trace=) in a bounded store; never cuts a "
-                            "trace short silently.")
-      .def(nb::init<std::size_t, std::int64_t, std::int64_t>(), "max_events"_a = TraceRecorder::kDefaultMaxEvents,
-           "value_elements"_a = 0, "max_values"_a = kMaxTraceValues)
-      .def_prop_ro("max_events", &TraceRecorder::max_events)
-      .def_prop_ro("seen_events", &TraceRecorder::seen_events)
-      .def_prop_ro("overflowed", &TraceRecorder::overflowed)
-      .def(
-          "finish",
-          [](TraceRecorder& recorder, const std::string& schedule, const Problem& problem, std::int64_t sram_bytes,
-             int block_rows, int block_cols) {
-            Trace trace = recorder.finish(trace_info(schedule, problem, sram_bytes, block_rows, block_cols));
-            validate_trace(trace, "the trace of " + schedule);
-            return trace;
-          },
-          "schedule"_a, "problem"_a, "sram_bytes"_a, "block_rows"_a, "block_cols"_a,
-          "The trace of a finished one-head run, with its header; TraceOverflow when the run did not fit.");
-
-  if (unbound<Trace>()) {
-    nb::class_<RecordedEvent>(m, "TraceEvent")
-        .def_prop_ro("kind", [](const RecordedEvent& e) { return std::string(to_string(e.kind)); })
-        .def_ro("tensor", &RecordedEvent::tensor)
-        .def_ro("rows", &RecordedEvent::rows)
-        .def_ro("cols", &RecordedEvent::cols)
-        .def_ro("op", &RecordedEvent::op)
-        .def_ro("line", &RecordedEvent::line)
-        .def_ro("sram_bytes", &RecordedEvent::sram_bytes)
-        .def_ro("bytes", &RecordedEvent::bytes)
-        .def_ro("row_max", &RecordedEvent::row_max)
-        .def_ro("row_sum", &RecordedEvent::row_sum)
-        .def_ro("rescale", &RecordedEvent::rescale)
-        .def_ro("values", &RecordedEvent::values)
-        .def(nb::self == nb::self);
-    nb::class_<Trace>(m, "Trace")
-        .def_prop_ro("schedule", [](const Trace& t) { return t.info.schedule; })
-        .def_prop_ro("block_rows", [](const Trace& t) { return t.info.block_rows; })
-        .def_prop_ro("block_cols", [](const Trace& t) { return t.info.block_cols; })
-        .def_prop_ro("sram_capacity_bytes", [](const Trace& t) { return t.info.sram_capacity_bytes; })
-        .def("__len__", [](const Trace& t) { return t.events.size(); })
-        .def(
-            "__getitem__",
-            [](const Trace& t, std::int64_t i) {
-              const auto size = static_cast<std::int64_t>(t.events.size());
-              if (i < 0) i += size;
-              if (i < 0 || i >= size) throw nb::index_error("trace event index out of range");
-              return t.events[static_cast<std::size_t>(i)];
-            },
-            "index"_a)
-        .def(nb::self == nb::self)
-        .def("to_json", [](const Trace& t, int indent) { return trace_to_json_text(t, indent); }, "indent"_a = -1)
-        .def("save", [](const Trace& t, const std::string& path) { save_trace(path, t); }, "path"_a,
-             "Writes the trace file the visualizer replays (flashlab_viz --trace PATH); whole or not at all.");
-    m.def("load_trace", &load_trace, "path"_a);
-    m.def("trace_from_json", &trace_from_json_text, "text"_a, "source"_a = "trace");
-  }
-
-  m.def(
-      "check_replayable",
-      [](const Trace& trace) { viz::check_replayable(trace, "the trace of " + trace.info.schedule); },
-      "trace"_a, "Raises ValueError unless the visualizer can replay the trace (its own limits and checks).");
+      "The largest |error| of O and LSE against the double-precision oracle on the tensors' inputs, and the "
+      "tolerance the simulator's check holds a forward schedule to.");
 }
+
+}  // namespace flashlab::python
