@@ -76,8 +76,21 @@ nlohmann::json to_json(const Machine& m) {
           {"fp32_source", m.fp32_source}};
 }
 
+namespace {
+// <prefix>/share/flashlab/machines for the program at <prefix>/bin (Linux: /proc/self/exe), or
+// empty when the program does not run from an installed prefix.
+std::filesystem::path installed_machines_directory() {
+  std::error_code error;
+  const std::filesystem::path program = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return {};
+  const std::filesystem::path directory = program.parent_path().parent_path() / "share" / "flashlab" / "machines";
+  return std::filesystem::is_directory(directory, error) ? directory : std::filesystem::path();
+}
+}  // namespace
+
 std::string machines_directory() {
   if (const char* env = std::getenv("FLASHLAB_MACHINES")) return env;
+  if (const std::filesystem::path installed = installed_machines_directory(); !installed.empty()) return installed.string();
 #ifdef FLASHLAB_MACHINES_DIR
   return FLASHLAB_MACHINES_DIR;
 #else
@@ -92,9 +105,11 @@ Machine load_file(const std::filesystem::path& path) {
 }
 }  // namespace
 
-std::vector<Machine> load_machines() {
+std::vector<Machine> load_machines() { return load_machines(machines_directory()); }
+
+std::vector<Machine> load_machines(const std::string& directory_name) {
   std::vector<Machine> machines;
-  const std::filesystem::path directory = machines_directory();
+  const std::filesystem::path directory = directory_name;
   std::error_code error;
   if (std::filesystem::is_directory(directory, error)) {
     for (const auto& entry : std::filesystem::directory_iterator(directory)) {
@@ -106,9 +121,11 @@ std::vector<Machine> load_machines() {
   return machines;
 }
 
-Machine find_machine(const std::string& key_or_path) {
+Machine find_machine(const std::string& key_or_path) { return find_machine(key_or_path, machines_directory()); }
+
+Machine find_machine(const std::string& key_or_path, const std::string& directory) {
   if (key_or_path.find('/') != std::string::npos || key_or_path.ends_with(".json")) return load_file(key_or_path);
-  const std::vector<Machine> machines = load_machines();
+  const std::vector<Machine> machines = load_machines(directory);
   std::string known;
   for (const Machine& m : machines) {
     if (m.key == key_or_path) return m;

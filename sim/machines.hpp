@@ -33,14 +33,19 @@ struct Machine {
 Machine machine_from_json(const nlohmann::json& json, const std::string& source);
 nlohmann::json to_json(const Machine& machine);
 
-// The directory of the presets: $FLASHLAB_MACHINES if set, else sim/machines of the source tree.
+// The directory of the presets: $FLASHLAB_MACHINES if set; else share/flashlab/machines beside
+// the running program's prefix (<prefix>/bin/flashlab finds <prefix>/share/flashlab/machines,
+// where `cmake --install` puts them); else sim/machines of the source tree (build-tree runs).
 std::string machines_directory();
-// Every preset in the directory, sorted by key, plus the embedded default when the directory
-// is missing. Throws std::invalid_argument on a malformed file (naming it).
+// Every preset in the directory (machines_directory() unless given), sorted by key, plus the
+// embedded default when the directory is missing. Throws std::invalid_argument on a malformed
+// file (naming it).
 std::vector<Machine> load_machines();
-// A preset by key ("h100"), or a path to a preset file. Throws std::invalid_argument naming the
-// unknown machine and the known ones.
+std::vector<Machine> load_machines(const std::string& directory);
+// A preset by key ("h100") among those of the directory, or a path to a preset file. Throws
+// std::invalid_argument naming the unknown machine and the known ones.
 Machine find_machine(const std::string& key_or_path);
+Machine find_machine(const std::string& key_or_path, const std::string& directory);
 // The embedded default machine (H100 SXM5), used by the default experiment with no files.
 const Machine& default_machine();
 
