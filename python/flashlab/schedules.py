@@ -17,10 +17,13 @@ leave its scope, or the SRAM peak (and a bounded arena) sees them longer. See do
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from . import _core
+from .sim import Sram, limits, load_trace, sram_bytes as _sram_bytes
+from .sim import _integer
 from ._core import (  # noqa: F401  (the interface, re-exported)
     AttentionTensors,
     BlockCoverage,
@@ -43,7 +46,6 @@ from ._core import (  # noqa: F401  (the interface, re-exported)
     check_replayable,
     finish_softmax_state,
     head_tensors,
-    load_trace,
     online_softmax_update,
     random_tensors,
     shape_head_tensors,
@@ -61,6 +63,7 @@ __all__ = [
 Schedule = Callable[..., Any]
 
 _MEMORY_MODELS = {"data": DataMemory, "shape": ShapeMemory}
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 @dataclass
@@ -123,6 +126,13 @@ def _memory_model(memory: str):
         raise ValueError(f"memory model {memory!r} is unknown; allowed: data, shape") from None
 
 
+def _bounded(name: str, value: Any, low: int, high: int) -> int:
+    number = _integer(name, value, low, high, _INT64)
+    if not low <= number <= high:
+        raise ValueError(f"{name} = {number} is out of range; allowed: [{low}, {high}]")
+    return number
+
+
 def _call_head(schedule, mem, head, x, args, kwargs, name):
     """One head of a run; an SRAM overflow keeps the arena's message and notes the head."""
     try:
@@ -133,19 +143,20 @@ def _call_head(schedule, mem, head, x, args, kwargs, name):
         raise
 
 
-def run(schedule: Schedule, problem: Problem, *args, memory: str = "data", sram_bytes: int = 0, seed: int = 1,
+def run(schedule: Schedule, problem: Problem, *args, memory: str = "data", sram: Sram = 0, seed: int = 1,
         tensors: Optional[AttentionTensors] = None, name: Optional[str] = None, **kwargs) -> Run:
     """Runs ``schedule(mem, head, x, *args, **kwargs)`` on every (sequence, query head) of the problem.
 
     As the C++ whole-problem runner does: a fresh memory model per head (``memory`` "data" or
-    "shape", SRAM capacity ``sram_bytes`` = M in bytes, 0 unbounded), the counters summed over
-    heads. Data runs draw Q, K, V from ``seed`` as the simulator does, unless ``tensors`` (from
+    "shape"; ``sram`` = M, the SRAM capacity in bytes, an int or text such as "96K", 0 unbounded),
+    the counters summed over heads. Data runs draw Q, K, V from ``seed`` as the simulator does, unless ``tensors`` (from
     ``random_tensors(problem)``, inputs set with ``tensors.assign``) are given. A schedule that needs
     more than M raises SramOverflow with the arena's message.
     """
     _require_schedule(schedule)
     _require_problem(problem)
     model = _memory_model(memory)
+    sram_bytes = _sram_bytes(sram)
     name = _schedule_name(schedule, name)
     if memory == "shape" and tensors is not None:
         raise ValueError("tensors with memory='shape': a shape-only run has no data; allowed: memory='data'")
@@ -177,17 +188,18 @@ def check(result: Run) -> OracleCheck:
                        hbm_bytes=result.counters["hbm_bytes"])
 
 
-def trace(schedule: Schedule, problem: Problem, *args, blocks: Optional[tuple] = None, sram_bytes: int = 0, seed: int = 1,
+def trace(schedule: Schedule, problem: Problem, *args, blocks: Optional[tuple] = None, sram: Sram = 0, seed: int = 1,
           tensors: Optional[AttentionTensors] = None, name: Optional[str] = None, max_events: int = 1_000_000,
-          value_elements: int = 0, **kwargs) -> Trace:
+          value_elements: int = 4096, path: Optional[str] = None, **kwargs) -> Trace:
     """Records one head's events as the C++ recorder does: a data run of a one-head problem.
 
     ``blocks`` = (block_rows, block_cols) is the schedule's tiling, written to the trace's header
     (the visualizer draws its grid and closed form from it); without it, the schedule's keyword
     arguments block_rows and block_cols are taken. ``name`` labels the trace (the
     visualizer shows the pseudocode of a built-in schedule's name, e.g. "fa2"). S and P tiles with
-    at most ``value_elements`` elements keep their values. ``trace(...).save(path)`` writes the file
-    ``flashlab_viz --trace path`` replays. More events than ``max_events`` raise TraceOverflow.
+    at most ``value_elements`` elements keep their values. With ``path`` (or ``trace.save(path)``)
+    it writes the file ``flashlab_viz --trace path`` replays, as ``flashlab.sim.trace`` does. More
+    events than ``max_events`` raise TraceOverflow, never a trace cut short.
     """
     _require_schedule(schedule)
     _require_problem(problem)
@@ -205,10 +217,15 @@ def trace(schedule: Schedule, problem: Problem, *args, blocks: Optional[tuple] =
         raise ValueError(f"blocks = {blocks!r}; allowed: (block_rows, block_cols), both >= 1") from None
     if block_rows < 1 or block_cols < 1:
         raise ValueError(f"blocks = {blocks!r}; allowed: (block_rows, block_cols), both >= 1")
+    sram_bytes = _sram_bytes(sram)
     name = _schedule_name(schedule, name)
     if tensors is None:
         tensors = random_tensors(problem, seed)
-    recorder = TraceRecorder(max_events, value_elements)
+    recorder = TraceRecorder(_bounded("max_events", max_events, 1, limits["max_trace_events"]),
+                             _bounded("value_elements", value_elements, 0, limits["max_trace_value_elements"]))
     mem = DataMemory(problem.dtype, sram_bytes, recorder)
     _call_head(schedule, mem, problem.head(0, 0), head_tensors(tensors, problem, 0, 0), args, kwargs, name)
-    return recorder.finish(name, problem, sram_bytes, block_rows, block_cols)
+    recorded = recorder.finish(name, problem, sram_bytes, block_rows, block_cols)
+    if path is not None:
+        recorded.save(os.fspath(path))
+    return recorded
