@@ -6,13 +6,17 @@
 //     moved into a softmax state);
 //   - an HBM tensor a data run reads or writes has data (not a shape-only view or an absent
 //     backward buffer);
-//   - a tile made on chip has sizes >= 1, and positions a head's mask rule can be asked about lie
-//     inside the head's sequences.
+//   - a Range lies in [0, INT_MAX]; a tile made on chip has sizes >= 1 (and, with data, fits the
+//     host memory of a data run); positions a head's mask rule is asked about lie inside the
+//     head's sequences.
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "algorithms/limits.hpp"
 #include "algorithms/problem.hpp"
 #include "algorithms/tensors.hpp"
 #include "algorithms/tile_memory.hpp"
@@ -53,10 +57,28 @@ void require_hbm_data(const HbmMatrix& tensor, const char* op) {
   }
 }
 
-inline void require_tile_sizes(Range rows, Range cols, const char* op) {
+// A Range made in Python: C++ forms begin + size unchecked, so it must fit an int.
+inline void require_range(int begin, int size) {
+  if (begin < 0 || size < 0 || begin > std::numeric_limits<int>::max() - size) {
+    throw std::invalid_argument("Range(" + std::to_string(begin) + ", " + std::to_string(size) +
+                                "); allowed: begin >= 0, size >= 0, begin + size <= " +
+                                std::to_string(std::numeric_limits<int>::max()));
+  }
+}
+
+// A tile made on chip: sizes >= 1 and, in a data run, values that fit the host memory of one.
+template <class Memory>
+void require_tile_sizes(Range rows, Range cols, const char* op) {
   if (rows.size < 1 || cols.size < 1) {
     throw std::invalid_argument(std::string(op) + ": a tile of " + std::to_string(rows.size) + " x " +
                                 std::to_string(cols.size) + "; allowed: sizes >= 1");
+  }
+  const std::int64_t bytes = std::int64_t{rows.size} * cols.size * std::int64_t{sizeof(float)};
+  if (Memory::with_data && bytes > kMaxDataBytes) {
+    throw std::invalid_argument(std::string(op) + ": a tile of " + std::to_string(rows.size) + " x " +
+                                std::to_string(cols.size) + " holds " + std::to_string(bytes) +
+                                " bytes of values; allowed: at most " + std::to_string(kMaxDataBytes) +
+                                " (the host memory of a data run)");
   }
 }
 

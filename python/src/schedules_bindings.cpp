@@ -153,6 +153,16 @@ void store(Memory& mem, const HbmMatrix& destination, Range rows, std::optional<
   }
 }
 
+// TileMemory::matmul, whose result (rows of op(a), cols of op(b)) a data run must be able to hold.
+template <class Memory>
+Tile matmul(Memory& mem, const char* op, TensorId result, const Tile& a, Transpose ta, const Tile& b, Transpose tb,
+            float alpha) {
+  held(mem, a, op, "a");
+  held(mem, b, op, "b");
+  require_tile_sizes<Memory>(ta == Transpose::yes ? a.cols() : a.rows(), tb == Transpose::yes ? b.rows() : b.cols(), op);
+  return mem.matmul(result, a, ta, b, tb, alpha);
+}
+
 template <class Memory>
 void bind_memory(nb::module_& m, const char* name, const char* doc) {
   using M = Memory;
@@ -196,21 +206,21 @@ void bind_memory(nb::module_& m, const char* name, const char* doc) {
       .def(
           "filled",
           [](M& mem, TensorId id, Range rows, Range cols, float value) {
-            require_tile_sizes(rows, cols, "filled");
+            require_tile_sizes<M>(rows, cols, "filled");
             return mem.filled(id, rows, cols, value);
           },
           "id"_a, "rows"_a, "cols"_a, "value"_a, alive)
       .def(
           "zeros",
           [](M& mem, TensorId id, Range rows, Range cols) {
-            require_tile_sizes(rows, cols, "zeros");
+            require_tile_sizes<M>(rows, cols, "zeros");
             return mem.zeros(id, rows, cols);
           },
           "id"_a, "rows"_a, "cols"_a, alive)
       .def(
           "vector",
           [](M& mem, TensorId id, Range rows, float value) {
-            require_tile_sizes(rows, {0, 1}, "vector");
+            require_tile_sizes<M>(rows, {0, 1}, "vector");
             return mem.vector(id, rows, value);
           },
           "id"_a, "rows"_a, "value"_a, alive, "A statistics vector (one value per row), e.g. m = -inf.")
@@ -221,19 +231,19 @@ void bind_memory(nb::module_& m, const char* name, const char* doc) {
       .def(
           "matmul",
           [](M& mem, TensorId result, const Tile& a, Transpose ta, const Tile& b, Transpose tb, float alpha) {
-            return mem.matmul(result, held(mem, a, "matmul", "a"), ta, held(mem, b, "matmul", "b"), tb, alpha);
+            return matmul(mem, "matmul", result, a, ta, b, tb, alpha);
           },
           "result"_a, "a"_a, "ta"_a, "b"_a, "tb"_a, "alpha"_a = 1.0f, alive, "alpha * op(a) * op(b).")
       .def(
           "matmul_nt",
           [](M& mem, TensorId result, const Tile& a, const Tile& b, float alpha) {
-            return mem.matmul_nt(result, held(mem, a, "matmul_nt", "a"), held(mem, b, "matmul_nt", "b"), alpha);
+            return matmul(mem, "matmul_nt", result, a, Transpose::no, b, Transpose::yes, alpha);
           },
           "result"_a, "a"_a, "b"_a, "alpha"_a = 1.0f, alive, "alpha * a * b^T, e.g. S = Q_i K_j^T.")
       .def(
           "matmul_nn",
           [](M& mem, TensorId result, const Tile& a, const Tile& b, float alpha) {
-            return mem.matmul_nn(result, held(mem, a, "matmul_nn", "a"), held(mem, b, "matmul_nn", "b"), alpha);
+            return matmul(mem, "matmul_nn", result, a, Transpose::no, b, Transpose::no, alpha);
           },
           "result"_a, "a"_a, "b"_a, "alpha"_a = 1.0f, alive)
       .def(
@@ -361,7 +371,7 @@ void bind_softmax_helpers(nb::module_& m) {
   m.def(
       "start_softmax_state",
       [](M& mem, Range rows, int value_dim) {
-        require_tile_sizes(rows, {0, value_dim}, "start_softmax_state");
+        require_tile_sizes<M>(rows, {0, value_dim}, "start_softmax_state");
         return start_softmax_state(mem, rows, value_dim);
       },
       "mem"_a, "rows"_a, "value_dim"_a, nb::keep_alive<0, 1>(), "FA2 Algorithm 1, line 5: O = 0, l = 0, m = -inf.");
@@ -422,9 +432,21 @@ void bind_schedules(nb::module_& m) {
       .def(nb::self == nb::self);
 
   nb::class_<Range>(m, "Range", "A half-open range [begin, begin + size) of rows or columns.")
-      .def(nb::init<int, int>(), "begin"_a, "size"_a)
-      .def_rw("begin", &Range::begin)
-      .def_rw("size", &Range::size)
+      .def(
+          "__init__",
+          [](Range* self, int begin, int size) {
+            require_range(begin, size);
+            new (self) Range{begin, size};
+          },
+          "begin"_a, "size"_a)
+      .def_prop_rw("begin", [](const Range& r) { return r.begin; }, [](Range& r, int begin) {
+        require_range(begin, r.size);
+        r.begin = begin;
+      })
+      .def_prop_rw("size", [](const Range& r) { return r.size; }, [](Range& r, int size) {
+        require_range(r.begin, size);
+        r.size = size;
+      })
       .def_prop_ro("end", &Range::end)
       .def(nb::self == nb::self)
       .def("__repr__", [](const Range& r) {

@@ -308,6 +308,19 @@ def test_a_data_model_refuses_views_without_values():
         DataMemory().load(x.dQ, Range(0, 4))
 
 
+def test_ranges_and_tiles_beyond_int_or_host_memory_are_refused():
+    for begin, size in ((-1, 4), (0, -1), (2**31 - 8, 16)):
+        with pytest.raises(ValueError, match=re.escape(f"Range({begin}, {size}); allowed: begin >= 0")):
+            Range(begin, size)
+    rows = Range(0, 8)
+    with pytest.raises(ValueError, match="begin >= 0"):
+        rows.begin = -3
+    assert rows == Range(0, 8)
+    with pytest.raises(ValueError, match="the host memory of a data run"):
+        DataMemory().zeros(TensorId.S, Range(0, 2**20), Range(0, 2**20))
+    assert ShapeMemory().zeros(TensorId.S, Range(0, 2**20), Range(0, 2**20)).bytes == 4 * 2**40  # shapes only
+
+
 def test_bad_runs_raise_with_clear_messages():
     problem, _ = make("gqa_113x203_d59")
     with pytest.raises(ValueError, match="memory model 'gpu' is unknown; allowed: data, shape"):
