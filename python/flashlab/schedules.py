@@ -12,7 +12,8 @@ its paper's algorithm with ``mem.mark_line``. The same function runs unchanged o
 
 A tile holds SRAM from the call that made it until it is freed: ``tile.free()``, ``del tile`` (its
 last reference), a ``with`` block, or the schedule's return. Free tiles where a C++ tile would
-leave its scope, or the SRAM peak (and a bounded arena) sees them longer. See docs/python.md.
+leave its scope, or the SRAM peak (and a bounded arena) sees them longer. See
+docs/python_schedules.md.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ Schedule = Callable[..., Any]
 
 _MEMORY_MODELS = {"data": DataMemory, "shape": ShapeMemory}
 _INT64 = (-(2**63), 2**63 - 1)
+_UINT64 = (0, 2**64 - 1)
 
 
 @dataclass
@@ -115,7 +117,7 @@ def _require_schedule(schedule: Schedule) -> None:
 
 def _require_problem(problem: Problem) -> None:
     if not isinstance(problem, Problem):
-        raise TypeError(f"problem: {type(problem).__name__}; allowed: flashlab.Problem")
+        raise TypeError(f"problem: {type(problem).__name__}; allowed: a Problem (flashlab.sim.problem(...))")
     problem.validate()
 
 
@@ -161,7 +163,7 @@ def run(schedule: Schedule, problem: Problem, *args, memory: str = "data", sram:
     if memory == "shape" and tensors is not None:
         raise ValueError("tensors with memory='shape': a shape-only run has no data; allowed: memory='data'")
     if memory == "data" and tensors is None:
-        tensors = random_tensors(problem, seed)
+        tensors = random_tensors(problem, _integer("seed", seed, *_UINT64, storage=_UINT64))
     total = Counters()
     heads_run = 0
     for b in range(problem.batch):
@@ -220,7 +222,7 @@ def trace(schedule: Schedule, problem: Problem, *args, blocks: Optional[tuple] =
     sram_bytes = _sram_bytes(sram)
     name = _schedule_name(schedule, name)
     if tensors is None:
-        tensors = random_tensors(problem, seed)
+        tensors = random_tensors(problem, _integer("seed", seed, *_UINT64, storage=_UINT64))
     recorder = TraceRecorder(_bounded("max_events", max_events, 1, limits["max_trace_events"]),
                              _bounded("value_elements", value_elements, 0, limits["max_trace_value_elements"]))
     mem = DataMemory(problem.dtype, sram_bytes, recorder)

@@ -15,15 +15,15 @@
 // simulator's records (sim/report.hpp).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
-#include <nanobind/stl/pair.h>
-#include <nanobind/stl/shared_ptr.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/vector.h>
 #include <nanobind/operators.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 
-#include <memory>
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "algorithms/00_oracle.hpp"
 #include "algorithms/checked_math.hpp"
@@ -82,10 +82,9 @@ void require_tensors_of(const AttentionTensors& t, const Problem& p) {
 }
 
 // A data run holds its tensors in host memory (fp32): bounded like the simulator's data runs.
-void require_tensor_memory(const Problem& p, bool with_backward) {
+void require_tensor_memory(const Problem& p) {
   const CheckedInt64 rq = p.total_rows_q(), rk = p.total_rows_k(), d = p.head_dim, dv = p.value_dim();
-  CheckedInt64 elements = rq * p.heads_q * (d + dv + 1) + rk * p.heads_kv * (d + dv);
-  if (with_backward) elements += rq * p.heads_q * (d + dv) + rk * p.heads_kv * (d + dv);
+  const CheckedInt64 elements = rq * p.heads_q * (d + dv + 1) + rk * p.heads_kv * (d + dv);  // Q, O, LSE; K, V
   const CheckedInt64 bytes = elements * CheckedInt64(sizeof(float));
   if (bytes.value() > kMaxDataBytes) {
     throw std::invalid_argument("tensors of the problem: " + std::to_string(bytes.value()) +
@@ -594,7 +593,7 @@ void bind_schedules(nb::module_& m) {
       "random_tensors",
       [](const Problem& problem, std::uint64_t seed) {
         problem.validate();
-        require_tensor_memory(problem, false);
+        require_tensor_memory(problem);
         return sim::random_tensors(problem, seed, false);
       },
       "problem"_a, "seed"_a = 1,

@@ -219,6 +219,14 @@ def one_head(**fields):
     return problem, problem.head(0, 0), schedules.head_tensors(tensors, problem, 0, 0)
 
 
+def test_both_memory_models_offer_one_interface():
+    public = lambda model: {name for name in dir(model) if not name.startswith("_")}
+    assert public(DataMemory) == public(ShapeMemory)
+    assert {"load", "store", "matmul_nt", "multiply_add", "row_max", "exp_minus_row", "apply_score_mods",
+            "mark_line", "note_softmax_state", "counters"} <= public(DataMemory)
+    assert (DataMemory.with_data, ShapeMemory.with_data) == (True, False)
+
+
 def test_tile_values_and_hbm_views():
     problem, head, x = one_head()
     mem = DataMemory(problem.dtype)
@@ -327,7 +335,7 @@ def test_bad_runs_raise_with_clear_messages():
         schedules.run(fa2_forward, problem, memory="gpu")
     with pytest.raises(TypeError, match="is not callable"):
         schedules.run("fa2", problem)
-    with pytest.raises(TypeError, match="allowed: flashlab.Problem"):
+    with pytest.raises(TypeError, match=re.escape("allowed: a Problem (flashlab.sim.problem(...))")):
         schedules.run(fa2_forward, {"seqlen_q": 4})
     with pytest.raises(ValueError, match="block_rows = 0; allowed: >= 1"):
         schedules.run(fa2_forward, problem, block_rows=0)
@@ -337,6 +345,8 @@ def test_bad_runs_raise_with_clear_messages():
         schedules.trace(fa2_forward, problem, blocks=(32, 32))
     with pytest.raises(ValueError, match="blocks not given"):
         schedules.trace(fa2_forward, sim.problem(seqlen_q=8, head_dim=8))
+    with pytest.raises(ValueError, match="seed = -1"):
+        schedules.run(fa2_forward, problem, seed=-1)
     with pytest.raises(ValueError, match="sram_bytes = -1"):
         DataMemory(sram_bytes=-1)
     with pytest.raises(ValueError, match="fp8"):
