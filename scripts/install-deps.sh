@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs FlashLab's build and test dependencies from Debian's packages (and matplotlib from PyPI
-# for the plots). Idempotent: a package already present is skipped. Needs root (or sudo) for apt-get.
+# Installs FlashLab's build and test dependencies from Debian's packages (and matplotlib and
+# nanobind from PyPI where the python3 on the PATH lacks them). Idempotent: a package already present is skipped. Needs root (or sudo) for apt-get.
 set -euo pipefail
 
 debian_packages=(
@@ -12,6 +12,7 @@ debian_packages=(
   libimgui-dev libglfw3-dev libstb-dev  # visualizer (viz/) and its PNG screenshots
   xvfb xauth                         # headless visualizer test
   python3 python3-matplotlib python3-numpy  # notebooks and plots
+  python3-dev python3-venv           # the Python package: its extension, and the test stage's fresh venv
   clang libclang-rt-dev llvm         # the sanitizer build with float-cast-overflow, libFuzzer, llvm-cov
 )
 
@@ -35,4 +36,13 @@ fi
 if ! python3 -c "import matplotlib, numpy" 2>/dev/null; then
   echo "install-deps: installing matplotlib and numpy for $(command -v python3)"
   python3 -m pip install --quiet matplotlib numpy
+fi
+
+# The CMake build's Python package (python/, which the notebooks' tests import) is built with
+# nanobind, which Debian 12 does not package: from PyPI for the python3 on the PATH. Debian's own
+# python3 marks its site-packages as externally managed (PEP 668); nanobind has no dependencies,
+# so it is installed there all the same. (`pip install .` brings its own, in an isolated build.)
+if ! python3 -c "import nanobind" 2>/dev/null; then
+  echo "install-deps: installing nanobind for $(command -v python3)"
+  python3 -m pip install --quiet nanobind 2>/dev/null || python3 -m pip install --quiet --break-system-packages nanobind
 fi

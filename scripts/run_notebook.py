@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Runs the code cells of a notebook in order, headless (matplotlib's Agg backend), and fails on
-the first cell that raises: the notebooks' test, without a Jupyter installation.
+the first cell that raises: the notebooks' test, without a Jupyter installation. The notebooks
+import the package flashlab: installed (`pip install .`), or a build tree's copy on the path
+(PYTHONPATH=build/release/python, as ctest runs them).
 
-usage: run_notebook.py NOTEBOOK [--flashlab PATH]
+usage: run_notebook.py NOTEBOOK
 """
 import json
 import os
@@ -10,12 +12,10 @@ import sys
 
 
 def main() -> int:
-    if len(sys.argv) < 2:
-        print("usage: run_notebook.py NOTEBOOK [--flashlab PATH]", file=sys.stderr)
+    if len(sys.argv) != 2:
+        print("usage: run_notebook.py NOTEBOOK", file=sys.stderr)
         return 2
     path = sys.argv[1]
-    if "--flashlab" in sys.argv:
-        os.environ["FLASHLAB"] = os.path.abspath(sys.argv[sys.argv.index("--flashlab") + 1])
     import matplotlib
     matplotlib.use("Agg")
     with open(path) as file:

@@ -8,6 +8,7 @@
 //   flashlab experiment --out-dir out                                      the README's default experiment
 //   flashlab figure2                                                       FA1 Figure 2's HBM column (GPT-2 medium, A100)
 //   flashlab kernel-tiles --machine h200 --json tiles.json                 the GPU kernels' tilings (those an H200 runs)
+//   flashlab --version                                                     the CMake project's version
 //
 // Bad input (unknown schedule or machine, malformed JSON, sizes out of range, M below the smallest
 // working set): one line on stderr naming the problem, exit status 2, no output file written.
@@ -384,6 +385,7 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
 int flashlab::cli::run(int argc, char** argv, Mode mode) {
   checks_only = mode == Mode::checks_only;
   CLI::App app{"flashlab: the FlashAttention IO simulator (counts HBM/SRAM traffic of every schedule)"};
+  app.set_version_flag("--version", std::string("flashlab ") + FLASHLAB_VERSION);
   app.require_subcommand(1);
   const std::string command = command_line(argc, argv);
 

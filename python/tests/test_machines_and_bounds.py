@@ -1,0 +1,73 @@
+"""flashlab.sim.machines (the packaged presets), the kernels' tilings, the bounds and the version."""
+import json
+import math
+import pathlib
+import re
+
+import pytest
+
+import flashlab
+from flashlab import sim
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_machines_are_the_source_presets():
+    presets = {p["key"]: p for p in (json.loads(f.read_text()) for f in (ROOT / "sim" / "machines").glob("*.json"))}
+    machines = sim.machines()
+    assert [m["key"] for m in machines] == sorted(presets)
+    for m in machines:
+        assert m["sram_bytes"] == presets[m["key"]]["sram_bytes"]
+        assert m["hbm_bytes_per_second"] == presets[m["key"]]["hbm_bytes_per_second"]
+
+
+def test_machine_by_key_or_path():
+    assert sim.machine("h200")["name"].startswith("NVIDIA H200")
+    assert sim.machine(str(ROOT / "sim" / "machines" / "t4.json"))["key"] == "t4"
+    with pytest.raises(ValueError, match=r"machine 'z80' is unknown; allowed: a100, b200, h100, h200, t4, titan_rtx"):
+        sim.machine("z80")
+
+
+def test_kernel_tilings_a_machine_runs():
+    h200, t4 = sim.machine("h200"), sim.machine("t4")
+    on_h200 = sim.kernel_tilings("h200")
+    assert on_h200 and all(t["min_shared_limit"] <= h200["sram_bytes"] for t in on_h200)
+    assert len(sim.kernel_tilings("t4")) < len(on_h200) <= len(sim.kernel_tilings())
+    assert all(t["min_shared_limit"] <= t4["sram_bytes"] for t in sim.kernel_tilings("t4"))
+    (fa2,) = sim.kernel_tilings("h200", "fa2", "forward")[3:4]
+    assert (fa2["generation"], fa2["direction"]) == ("fa2", "forward")
+    with pytest.raises(ValueError, match="generation 'fa9' is unknown; allowed: fa1, fa2"):
+        sim.kernel_tilings(generation="fa9")
+
+
+def test_bounds_by_hand():
+    n, d, m_bytes = 4096, 64, 96 * 1024
+    p = sim.problem(seqlen_q=n, head_dim=d, dtype="bf16")
+    m = m_bytes / 2  # bf16 elements
+    formulas = sim.bound_formulas(p, m_bytes)
+    assert formulas["standard"] == pytest.approx(2 * n * d + n * n)  # (Nq + Nk) d + Nq Nk
+    assert formulas["flash"] == pytest.approx(n * n * d * d / m)
+    assert formulas["saha_ye_lower"] == pytest.approx(min(n * n * d / math.sqrt(m), n * n * d * d / m))
+    assert sim.bound("fa2", p, m_bytes)["elements"] == pytest.approx(formulas["flash"])
+    assert sim.lower_bound(p, m_bytes)["elements"] == pytest.approx(formulas["saha_ye_lower"])
+    small = sim.bound_formulas(p, 1024)  # M = 512 elements < d^2: the sqrt(M) branch
+    assert small["saha_ye_lower"] == pytest.approx(n * n * d / math.sqrt(512))
+
+
+def test_theory_exponents():
+    assert sim.theory_exponents("fa2", 48 * 1024, 64) == {"n": 2.0, "m": -1.0, "d": 2.0}
+    assert sim.theory_exponents("square_tiling", 1024, 64) == {"n": 2.0, "m": -0.5, "d": 1.0}
+
+
+def test_derived_blocks_fit_their_sram():
+    p = sim.problem(seqlen_q=4096, head_dim=64)
+    for schedule in ("fa1", "fa2", "square_tiling"):
+        blocks = sim.derive_blocks(schedule, p, "96K")
+        assert 0 < sim.working_set_bytes(schedule, p, blocks) <= 96 * 1024
+    with pytest.raises(ValueError, match="below the smallest working set"):
+        sim.derive_blocks("fa2", p, 64)
+
+
+def test_version_is_the_cmake_project_version():
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert flashlab.__version__ == re.search(r"project\(FlashLab VERSION ([0-9.]+)", cmake).group(1)
