@@ -31,6 +31,7 @@ from ._core import (  # noqa: F401  (the interface, re-exported)
     Counters,
     DataMemory,
     HbmMatrix,
+    HbmScratch,
     HeadProblem,
     HeadTensors,
     Problem,
@@ -54,8 +55,8 @@ from ._core import (  # noqa: F401  (the interface, re-exported)
 )
 
 __all__ = [
-    "AttentionTensors", "BlockCoverage", "Counters", "DataMemory", "HbmMatrix", "HeadProblem", "HeadTensors",
-    "OracleCheck", "Problem", "Range", "Run", "ShapeMemory", "SoftmaxState", "SramOverflow", "TensorId", "Tile",
+    "AttentionTensors", "BlockCoverage", "Counters", "DataMemory", "HbmMatrix", "HbmScratch", "HeadProblem",
+    "HeadTensors", "OracleCheck", "Problem", "Range", "Run", "ShapeMemory", "SoftmaxState", "SramOverflow", "TensorId", "Tile",
     "Trace", "TraceOverflow", "TraceRecorder", "Transpose", "check", "check_replayable", "finish_softmax_state",
     "head_tensors", "load_trace", "online_softmax_update", "random_tensors", "run", "shape_head_tensors",
     "start_softmax_state", "trace",

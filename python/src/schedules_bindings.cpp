@@ -400,6 +400,32 @@ void bind_softmax_helpers(nb::module_& m) {
       "FA2 Algorithm 1, lines 12-13: O = diag(l)^-1 O in place; returns LSE = m + log(l).");
 }
 
+// HBM tensors a schedule needs beyond its inputs and outputs (S and P of standard attention, ...).
+// A data run's hold values, bounded like the run's other host memory; shape-only ones carry shapes.
+class PyHbmScratch {
+ public:
+  explicit PyHbmScratch(bool with_data) : with_data_(with_data), scratch_(with_data) {}
+  bool with_data() const { return with_data_; }
+  HbmMatrix matrix(TensorId id, const std::string& dtype, int rows, int cols) {
+    const DType type = dtype_from_string(dtype);
+    if (rows < 1 || cols < 1) {
+      throw std::invalid_argument("HbmScratch.matrix: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                                  "; allowed: sizes >= 1");
+    }
+    const std::int64_t bytes = std::int64_t{rows} * cols * std::int64_t{sizeof(float)};
+    if (with_data_ && bytes > kMaxDataBytes) {
+      throw std::invalid_argument("HbmScratch.matrix: " + std::to_string(rows) + " x " + std::to_string(cols) +
+                                  " holds " + std::to_string(bytes) + " bytes of values; allowed: at most " +
+                                  std::to_string(kMaxDataBytes) + " (count it with a shape-only scratch)");
+    }
+    return scratch_.matrix(id, type, rows, cols);
+  }
+
+ private:
+  bool with_data_;
+  HbmScratch scratch_;
+};
+
 }  // namespace
 
 void bind_schedules(nb::module_& m) {
@@ -557,6 +583,14 @@ void bind_schedules(nb::module_& m) {
   m.def(
       "check_replayable", [](const Trace& trace) { viz::check_replayable(trace, "the trace of " + trace.info.schedule); },
       "trace"_a, "Raises ValueError unless the visualizer can replay the trace (its limits and checks).");
+
+  nb::class_<PyHbmScratch>(m, "HbmScratch",
+                           "HBM tensors a schedule makes for itself (S and P of standard attention): with values "
+                           "for a DataMemory (with_data=True), shapes only for a ShapeMemory.")
+      .def(nb::init<bool>(), "with_data"_a)
+      .def_prop_ro("with_data", &PyHbmScratch::with_data)
+      .def("matrix", &PyHbmScratch::matrix, "id"_a, "dtype"_a, "rows"_a, "cols"_a, nb::keep_alive<0, 1>(),
+           "A rows x cols HBM tensor (its values 0 in a data scratch), counted per tensor id like the inputs.");
 
   bind_memory<DataMemory>(m, "DataMemory",
                           "The CPU reference memory model: tiles hold values and the math runs; counts as ShapeMemory.");

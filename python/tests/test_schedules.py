@@ -14,6 +14,7 @@ import pytest
 
 from flashlab import schedules, sim
 from flashlab.examples.fa2_forward import fa2_forward, online_softmax_update_in_python
+from flashlab.examples.standard_attention import standard_attention
 from flashlab.schedules import BlockCoverage, DataMemory, Range, ShapeMemory, TensorId, Transpose
 
 # Problems over the official tests' odd shapes and every kind of mask; (block_rows, block_cols)
@@ -117,6 +118,49 @@ def test_the_update_written_in_python_computes_what_the_cpp_helper_computes():
                             update=online_softmax_update_in_python)
     assert np.array_equal(helper.tensors.O, by_hand.tensors.O)
     assert np.array_equal(helper.tensors.LSE, by_hand.tensors.LSE)
+
+
+@pytest.mark.parametrize("name", ["gqa_113x203_d59", "causal_128x217_d40", "varlen_causal", "softcap_alibi",
+                                  "dropout", "bf16_head_dim_v", "one_key_239x1"])
+def test_python_standard_attention_counts_and_computes_what_the_cpp_one_does(name):
+    # S and P through HBM tensors the schedule makes itself (HbmScratch).
+    problem, blocks = make(name)
+    cpp = sim.run("standard", problem, blocks=blocks, memory="shape", every_head=True)
+    for memory in ("data", "shape"):
+        run = schedules.run(standard_attention, problem, *blocks, memory=memory)
+        assert run.counters == cpp.counters, memory
+    assert run.counters["tensors"]["S"]["write_elements"] == sum(
+        problem.heads_q * q * k for q, k in zip(*_sequence_lengths(problem)))
+    assert schedules.run(standard_attention, problem, *blocks).check().passed
+
+
+def _sequence_lengths(problem):
+    if problem.varlen():
+        cu_q, cu_k = problem.cu_seqlens_q, problem.cu_seqlens_k
+        return ([b - a for a, b in zip(cu_q, cu_q[1:])], [b - a for a, b in zip(cu_k, cu_k[1:])])
+    return [problem.seqlen_q] * problem.batch, [problem.seqlen_k] * problem.batch
+
+
+def test_python_standard_attention_trace_is_the_cpp_trace():
+    problem = sim.problem(seqlen_q=100, seqlen_k=70, head_dim=16, causal=True)
+    cpp = sim.trace("standard", problem, blocks=(32, 32))
+    python = schedules.trace(standard_attention, problem, 32, 32, blocks=(32, 32), name="standard")
+    assert python.events == cpp.events and python.info == cpp.info
+    schedules.check_replayable(python)
+
+
+def test_hbm_scratch():
+    scratch = schedules.HbmScratch(True)
+    S = scratch.matrix(TensorId.S, "bf16", 4, 6)
+    assert (S.id, S.rows, S.cols, S.dtype, S.has_data) == (TensorId.S, 4, 6, "bf16", True)
+    assert np.all(S.values == 0)
+    assert not schedules.HbmScratch(False).matrix(TensorId.P, "fp32", 2**20, 2**20).has_data  # shapes only
+    with pytest.raises(ValueError, match="allowed: sizes >= 1"):
+        scratch.matrix(TensorId.S, "fp32", 0, 4)
+    with pytest.raises(ValueError, match="count it with a shape-only scratch"):
+        scratch.matrix(TensorId.S, "fp32", 2**20, 2**20)
+    with pytest.raises(ValueError, match="fp8"):
+        scratch.matrix(TensorId.S, "fp8", 4, 4)
 
 
 # ---------------------------------------------------------------------------------------------
