@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import _core
+from . import _core, sim
 from .sim import Sram, limits, load_trace, sram_bytes as _sram_bytes
 from .sim import _integer
 from ._core import (  # noqa: F401  (the interface, re-exported)
@@ -103,6 +103,18 @@ class Run:
     def check(self) -> OracleCheck:
         """O and LSE against the oracle (data runs only)."""
         return check(self)
+
+    def compare(self, schedule: str, blocks) -> dict:
+        """This run beside a built-in schedule's references, as ``flashlab.sim.run`` reports them
+        for that schedule: ``closed_form`` (the exact counters it must produce with these block
+        sizes and this run's M), ``closed_form_equal`` (this run's HBM traffic per tensor is that),
+        ``bound`` (its IO bound, in elements over the whole problem: infinite when M is unbounded)
+        and ``hbm_elements`` (this run's, to set against the bound)."""
+        expected = sim.closed_form(schedule, self.problem, blocks, self.sram_bytes)
+        bound = dict(sim.bound(schedule, self.problem, self.sram_bytes))
+        bound["elements"] *= self.heads_run
+        return {"closed_form": expected, "closed_form_equal": expected["tensors"] == self.counters["tensors"],
+                "bound": bound, "hbm_elements": self.counters["hbm_elements"]}
 
 
 def _schedule_name(schedule: Schedule, name: Optional[str]) -> str:

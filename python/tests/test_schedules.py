@@ -73,6 +73,20 @@ def test_python_fa2_traffic_is_the_closed_form(name):
     assert run.counters["hbm_bytes"] == expected["hbm_bytes"]
 
 
+@pytest.mark.parametrize("sram", [0, "64K"])
+def test_a_run_compared_with_a_built_in_schedule_is_what_the_simulator_reports(sram):
+    problem, blocks = make("gqa_113x203_d59")
+    run = schedules.run(fa2_forward, problem, *blocks, memory="shape", sram=sram)
+    built_in = sim.run("fa2", problem, blocks=blocks, sram=sram, every_head=True)
+    compared = run.compare("fa2", blocks)
+    assert compared["closed_form"] == built_in.closed_form
+    assert compared["closed_form_equal"] is built_in.closed_form_equal is True
+    assert compared["bound"] == built_in.bound
+    assert compared["hbm_elements"] == built_in.counters["hbm_elements"]
+    # Against another schedule's closed form the traffic differs.
+    assert run.compare("fa1", blocks)["closed_form_equal"] is False
+
+
 @pytest.mark.parametrize("name", PROBLEMS)
 def test_python_fa2_matches_the_oracle(name):
     problem, (br, bc) = make(name)
