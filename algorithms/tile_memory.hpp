@@ -167,6 +167,8 @@ class Tile {
   std::int64_t elements() const { return static_cast<std::int64_t>(rows_.size) * cols_.size; }
   std::int64_t bytes() const { return bytes_; }
   std::string describe() const;  // "S[rows 0..64, cols 128..192] 64x64 fp32 = 16384 B"
+  // The arena holding this tile; null once it was moved from (or never held SRAM).
+  const SramArena* arena() const { return arena_; }
 
   // Empty in shape-only runs. In a union so that ~Tile destroys it only when it holds values:
   // an empty matrix owns nothing, and shape-only runs skip Eigen's free(nullptr) per tile.
@@ -263,6 +265,9 @@ class TileMemory {
   }
   const MemoryConfig& config() const { return config_; }
   std::int64_t sram_in_use_bytes() const { return arena_.in_use_bytes(); }
+  // Whether the tile lives in this model's SRAM (not another model's, not moved from): what a
+  // caller outside C++'s scopes (the Python bindings) checks before an op reads it.
+  bool holds(const Tile& tile) const { return tile.arena() == &arena_; }
   DType tile_dtype(TensorId id) const { return is_statistic(id) ? DType::fp32 : config_.dtype; }
 
   // --- Movement between HBM and SRAM --------------------------------------------------------

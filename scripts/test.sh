@@ -7,7 +7,8 @@
 #             (scripts/fuzz.sh; docs/fuzzing.md)
 #   python    the Python package as a new user gets it: a fresh virtual environment, `pip install .`
 #             of this checkout (the CUDA kernels left out: the release stage builds and tests
-#             them, and the package's own tests here are its CPU parts), then pytest (python/tests)
+#             them, and the package's own tests here are its CPU parts) with its test extras
+#             (pytest, numpy), then pytest (python/tests)
 #
 #   bash scripts/test.sh                  # all four
 #   bash scripts/test.sh release          # one stage; any of them, in any order
@@ -45,7 +46,7 @@ for stage in "${stages[@]}"; do
       venv=build/python-venv
       rm -rf "$venv" build/pip
       python3 -m venv "$venv"
-      "$venv/bin/python" -m pip install --quiet --config-settings=cmake.define.FLASHLAB_BUILD_KERNELS=OFF . pytest numpy
+      "$venv/bin/python" -m pip install --quiet --config-settings=cmake.define.FLASHLAB_BUILD_KERNELS=OFF ".[test]"
       # From outside the checkout, so that the installed package is the one imported.
       (cd "$venv" && bin/python -m pytest -q -p no:cacheprovider "$OLDPWD/python/tests")
       ;;

@@ -25,6 +25,10 @@ struct CheckRow {
   bool passed() const;
 };
 
+// The bound on the max error against the oracle: 1e-4 in fp32, 2e-2 in fp16 and bf16, times 3
+// for gradients (the official rule's 3x).
+double check_tolerance(DType dtype, Pass pass);
+
 // The default problem of the main job: batch 2, 4 query heads on 2 KV heads (GQA), seqlen_q 113,
 // seqlen_k 203, head_dim 59 (none of them multiples of the blocks), fp32, no mask.
 Problem default_check_problem();

@@ -8,6 +8,6 @@ NB_MODULE(_core, m) {
   m.attr("__version__") = FLASHLAB_VERSION;
   flashlab::python::bind_problem(m);
   flashlab::python::bind_sim(m);
-  // flashlab::python::bind_schedules(m);  (schedules_bindings.cpp, with its source in python/CMakeLists.txt)
+  flashlab::python::bind_schedules(m);
   flashlab::python::bind_testing(m);
 }

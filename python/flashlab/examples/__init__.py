@@ -1,0 +1,1 @@
+"""Schedules written in Python on the tile-memory interface (flashlab.schedules)."""
