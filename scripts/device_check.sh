@@ -33,7 +33,7 @@ step_python() {
     || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; status=1; return; }
   # pytest-xdist, where present, spreads the cases (their oracle runs on the CPU) over 8 workers.
   local parallel=(); python3 -c "import xdist" 2>/dev/null && parallel=(-n 8)
-  PYTHONPATH=$PWD/$BUILD/python python3 -m pytest -q -p no:cacheprovider -rs "${parallel[@]}" python/tests \
+  PYTHONPATH=$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest -q -p no:cacheprovider -rs "${parallel[@]}" python/tests \
     >"$OUT/python_tests.log" 2>&1 || status=1
   echo "python package tests: status $status in $(( $(date +%s) - start )) s"
   tail -15 "$OUT/python_tests.log"

@@ -36,6 +36,22 @@ void require_index(const char* name, int value, int size) {
   }
 }
 
+// What Problem.head returns: a HeadProblem with its own copy of the Problem's block mask, so that
+// changing the Problem afterwards cannot leave it reading a mask of another shape.
+struct OwnedHeadProblem : HeadProblem {
+  explicit OwnedHeadProblem(const HeadProblem& head) : HeadProblem(head) { own_mask(); }
+  OwnedHeadProblem(const OwnedHeadProblem& other) : HeadProblem(other) { own_mask(); }
+  OwnedHeadProblem& operator=(const OwnedHeadProblem&) = delete;
+
+ private:
+  void own_mask() {
+    if (block_sparsity == nullptr) return;
+    mask_ = *block_sparsity;
+    block_sparsity = &mask_;
+  }
+  BlockSparsity mask_;
+};
+
 void bind_limits(nb::module_& m) {
   nb::dict limits;
   limits["max_batch"] = kMaxBatch;
@@ -110,16 +126,16 @@ void bind_problem(nb::module_& m) {
         p.validate();
         require_index("batch_index", batch_index, p.batch);
         require_index("head_index", head_index, p.heads_q);
-        return head_problem(p, batch_index, head_index);
-      }, nb::arg("batch_index"), nb::arg("head_index"), nb::keep_alive<0, 1>(),
-         "the HeadProblem of one (sequence, query head)");
+        return OwnedHeadProblem(head_problem(p, batch_index, head_index));
+      }, nb::arg("batch_index"), nb::arg("head_index"),
+         "the HeadProblem of one (sequence, query head), with its own copy of the block mask");
 
   nb::enum_<HeadProblem::BlockCoverage>(m, "BlockCoverage")
       .value("empty", HeadProblem::BlockCoverage::empty)
       .value("partial", HeadProblem::BlockCoverage::partial)
       .value("full", HeadProblem::BlockCoverage::full);
 
-  // Read-only: a HeadProblem is made from its Problem (Problem.head), whose block mask it points to.
+  // Read-only: a HeadProblem is made from its Problem (Problem.head).
   nb::class_<HeadProblem>(m, "HeadProblem", "One (sequence, head) of a Problem: what a schedule sees")
       .def_ro("batch_index", &HeadProblem::batch_index)
       .def_ro("head_index", &HeadProblem::head_index)
@@ -167,6 +183,7 @@ void bind_problem(nb::module_& m) {
         return h.coverage(row_begin, row_end, col_begin, col_end);
       }, nb::arg("row_begin"), nb::arg("row_end"), nb::arg("col_begin"), nb::arg("col_end"),
          "whether the block is empty, partially or fully visible");
+  nb::class_<OwnedHeadProblem, HeadProblem>(m, "_OwnedHeadProblem");
 }
 
 }  // namespace flashlab::python

@@ -1,5 +1,7 @@
 """flashlab.sim.problem: the C++ Problem with its validation, and HeadProblem's mask rules."""
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -76,3 +78,30 @@ def test_a_problem_changed_after_construction_is_checked_again():
     p.heads_kv = 2  # more KV heads than query heads
     with pytest.raises(ValueError, match=r"heads_kv = 2 is out of range; allowed: \[1, 1\]"):
         sim.run("fa2", p, sram="16K")
+
+
+def test_a_head_keeps_its_own_block_mask_when_the_problem_changes():
+    # Blocks of 32 over 64 x 64: the upper right block dropped. A head taken before the mask
+    # shrinks to one block must still answer from the 2 x 2 mask it was made with.
+    p = sim.problem(seqlen_q=64, head_dim=16, block_mask=(32, 32, [[1, 0], [1, 1]]))
+    head = p.head(0, 0)
+    p.seqlen_q = p.seqlen_k = 32
+    p.row_blocks = p.col_blocks = 1
+    p.block_keep = [1]
+    assert head.key_visible(63, 63)
+    assert not head.key_visible(0, 63)
+    assert head.coverage(0, 32, 32, 64) == sim.BlockCoverage.empty
+
+
+def test_numbers_stay_in_messages_when_torch_is_loaded_first():
+    # A toolchain that links libstdc++ into the extension statically must keep that copy's symbols
+    # local: mixed with the shared one torch loads, numbers vanish from formatted messages.
+    pytest.importorskip("torch")
+    script = ("import torch\n"
+              "from flashlab import sim\n"
+              "try:\n"
+              "    sim.problem(head_dim=0)\n"
+              "except ValueError as error:\n"
+              "    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "head_dim = 0 is out of range; allowed: [1, 65536]" in result.stdout
