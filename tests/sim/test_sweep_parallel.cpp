@@ -68,7 +68,7 @@ TEST_CASE("parallel progress: one call per point, done rising by one, from one t
   for (std::size_t i = 0; i < calls.size(); ++i) CHECK(calls[i] == i + 1);
 }
 
-TEST_CASE("--jobs out of range is refused naming the range", "[sim][sweep]") {
+TEST_CASE("a sweep refuses --jobs out of range, naming the range", "[sim][sweep]") {
   const SweepGrid grid = mixed_grid();
   CHECK_THROWS_WITH(run_sweep(grid, {}, 0), contains_text("--jobs = 0 is out of range; allowed: 1..256"));
   CHECK_THROWS_WITH(run_sweep(grid, {}, kMaxSweepJobs + 1), contains_text("--jobs = 257"));
