@@ -58,6 +58,19 @@ done
 [[ $(wc -l <"$work/few.err") -eq 3 ]] || fail "3 points: $(wc -l <"$work/few.err") progress lines"
 grep -q '^sweep: 2/3 points (66%), elapsed ' "$work/few.err" || fail "3 points: the second line"
 
+# On a terminal (a pseudo-terminal from util-linux's script, where present): one line rewritten in
+# place, a carriage return per point and one line end.
+if command -v script >/dev/null; then
+  script -qec "'$flashlab' sweep --schedules fa2 --seqlens 512,1024,2048 --head-dims 64 --sram 32K >/dev/null" /dev/null \
+    >"$work/tty.txt"
+  python3 - "$work/tty.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1], "rb").read().decode()
+assert len(re.findall(r"\rsweep: [123]/3 points \(\d+%\), elapsed [0-9.]+ s, ETA [0-9.]+ s", text)) == 3, repr(text)
+assert text.count("\n") == 1 and text.endswith("\n"), repr(text)
+PY
+fi
+
 # A bad --jobs: one line naming the option and the range, exit 2, nothing on stdout, no file.
 for jobs in 0 257 -1 x 1.5; do
   set +e
