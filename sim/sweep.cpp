@@ -1,12 +1,16 @@
 #include "sweep.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 
 #include "algorithms/limits.hpp"
@@ -186,16 +190,59 @@ std::vector<PointSpec> grid_points(const SweepGrid& grid) {
   return points;
 }
 
-std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress) {
+void require_valid_jobs(int jobs) {
+  if (jobs < 1 || jobs > kMaxSweepJobs) {
+    throw std::invalid_argument("--jobs = " + std::to_string(jobs) + " is out of range; allowed: " +
+                                decimal_range(1, kMaxSweepJobs));
+  }
+}
+
+std::vector<SweepPoint> count_points(const SweepGrid& grid, const std::vector<PointSpec>& specs, int jobs,
+                                     const Progress& progress) {
+  require_valid_jobs(jobs);
+  std::vector<SweepPoint> points(specs.size());
+  std::atomic<std::size_t> next{0};  // the next point to hand out, in grid order
+  std::mutex mutex;                  // guards done, failure, failed_at and the progress callback
+  std::size_t done = 0;
+  std::exception_ptr failure;
+  std::size_t failed_at = specs.size();
+  auto work = [&] {
+    for (std::size_t i = next.fetch_add(1); i < specs.size(); i = next.fetch_add(1)) {
+      {
+        // Points before a failure still run, so that the failure reported is the serial run's.
+        const std::lock_guard lock(mutex);
+        if (failure && i > failed_at) return;
+      }
+      const PointSpec& p = specs[i];
+      try {
+        points[i] = count_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask);
+      } catch (...) {
+        const std::lock_guard lock(mutex);
+        if (i < failed_at) failure = std::current_exception(), failed_at = i;
+        continue;
+      }
+      const std::lock_guard lock(mutex);
+      ++done;
+      if (progress) progress(done, specs.size());
+    }
+  };
+  const std::size_t threads = std::min<std::size_t>(static_cast<std::size_t>(jobs), specs.size());
+  if (threads <= 1) {
+    work();
+  } else {
+    std::vector<std::jthread> pool;
+    for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work);
+  }  // the pool joins here
+  if (failure) std::rethrow_exception(failure);
+  return points;
+}
+
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress, int jobs) {
   grid.validate();
+  require_valid_jobs(jobs);
   const std::vector<PointSpec> specs = grid_points(grid);
   require_points_within_limits(grid, specs);  // every point, before any is counted
-  std::vector<SweepPoint> points;
-  for (const PointSpec& p : specs) {
-    points.push_back(count_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask));
-    if (progress) progress(points.size(), specs.size());
-  }
-  return points;
+  return count_points(grid, specs, jobs, progress);
 }
 
 std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points) {
@@ -285,14 +332,23 @@ nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint
   return json;
 }
 
-std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine, const std::string& command) {
+namespace {
+// A CSV text field (RFC 4180): quoted, with quotes doubled, where it holds a comma, quote or line break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+}  // namespace
+
+std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine) {
   std::ostringstream csv;
-  csv << "# flashlab-sweep v1; command: " << command << "\n";
   csv << "schedule,mask,seqlen,head_dim,sram_bytes,status,block_rows,block_cols,kept_fraction,hbm_bytes,hbm_read_bytes,"
          "hbm_write_bytes,hbm_elements,matmul_flops,exponentials,other_flops,sram_peak_bytes,bound_elements,"
          "lower_bound_elements,roofline_seconds,bound_by\n";
   for (const SweepPoint& p : points) {
-    csv << p.schedule << ',' << p.mask << ',' << p.seqlen << ',' << p.head_dim << ',' << p.sram_bytes << ','
+    csv << csv_field(p.schedule) << ',' << csv_field(p.mask) << ',' << p.seqlen << ',' << p.head_dim << ',' << p.sram_bytes << ','
         << (p.fits ? "ok" : "does_not_fit");
     if (!p.fits) {
       csv << ",,,,,,,,,,,,,,,\n";
@@ -305,7 +361,7 @@ std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* m
         << p.lower_bound_elements << ',';
     if (machine) {
       const Roofline r = roofline(c, *machine);
-      csv << r.seconds << ',' << r.bound_by;
+      csv << r.seconds << ',' << csv_field(r.bound_by);
     } else {
       csv << ',';
     }

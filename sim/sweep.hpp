@@ -15,8 +15,10 @@
 //              "points", "exponent", "theory", "bound_slope"}]}   theory: the asymptotic
 //              exponent in the regime of the group's middle point; bound_slope: the slope of the
 //              schedule's Theta bound (bounds.hpp) fitted over the same points
-// CSV: one row per point, the scalar columns above in that order, after a "# " comment line
-// holding the schema name and the command.
+// The JSON Schema of this output: docs/schemas/sweep.schema.json.
+// CSV: a single header row, then one row per point, the scalar columns above in that order (no
+// comment lines, so pandas and csv.DictReader read it with default options; the provenance, the
+// format and the command, is in the JSON). Text fields are quoted where they hold a comma or quote.
 #pragma once
 
 #include <functional>
@@ -98,15 +100,25 @@ std::vector<PointSpec> grid_points(const SweepGrid& grid);  // in run_sweep's or
 // part-way (run_sweep and the experiment call it).
 void require_points_within_limits(const SweepGrid& grid, const std::vector<PointSpec>& points);
 
+// progress(done, total) is called once per counted point, from one thread at a time, with done
+// increasing by one each call.
 using Progress = std::function<void(std::size_t done, std::size_t total)>;
-std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress = {});
+
+// Parallel counting: 1 <= jobs <= kMaxSweepJobs threads. Points are independent, so the result
+// is the serial one, in grid order, whatever `jobs` is (only each point's wall time differs). A
+// point that throws stops the count; the exception rethrown is the first point's in grid order.
+constexpr int kMaxSweepJobs = 256;
+void require_valid_jobs(int jobs);  // throws std::invalid_argument naming the range
+std::vector<SweepPoint> count_points(const SweepGrid& grid, const std::vector<PointSpec>& specs, int jobs = 1,
+                                     const Progress& progress = {});
+std::vector<SweepPoint> run_sweep(const SweepGrid& grid, const Progress& progress = {}, int jobs = 1);
 
 // Fits along each variable where >= 3 points differ only in it.
 std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points);
 
 nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint>& points, const std::vector<SweepFit>& fits,
                              const Machine* machine, const std::string& command);
-std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine, const std::string& command);
+std::string sweep_to_csv(const std::vector<SweepPoint>& points, const Machine* machine);
 
 }  // namespace flashlab::sim
 

@@ -265,7 +265,7 @@ class Sweep(list):
         self._json = result
 
     def to_json(self) -> dict:
-        """The sweep in the CLI's schema (sim/sweep.hpp: format flashlab-sweep, version 1)."""
+        """The sweep in the CLI's schema (docs/schemas/sweep.schema.json: format flashlab-sweep, version 1)."""
         return self._json
 
     def save(self, path: str) -> None:
@@ -294,11 +294,12 @@ def _list(name: str, values: Any) -> list:
 def sweep(schedules: Union[str, Sequence[str]], seqlens: Union[int, Sequence[int]],
           head_dims: Union[int, Sequence[int]], sram: Union[None, Sram, Sequence[Sram]] = None, *,
           masks: Union[str, Sequence[str]] = "none", dtype: Optional[str] = None, batch: int = 1, heads: int = 1,
-          machine: Optional[str] = None) -> Sweep:
+          machine: Optional[str] = None, jobs: int = 1) -> Sweep:
     """Counts every point of the grid schedules x seqlens (N) x head_dims (d) x sram (M) x masks
     shape-only, with its bound and (with a machine) its roofline time, and fits the log-log
     exponents along N, M and d. Masks: "none", "causal", "window:W", "sparse:S". M defaults to
-    the machine's, dtype to the machine's, else bf16. "all" is every schedule."""
+    the machine's, dtype to the machine's, else bf16. "all" is every schedule. jobs: threads
+    counting the points (the result is the serial one, in the same order)."""
     names = schedule_names() if schedules == "all" else _list("schedules", schedules)
     n = [_integer(f"seqlens[{i}]", v, 1, limits["max_sweep_seqlen"]) for i, v in enumerate(_list("seqlens", seqlens))]
     d = [_integer(f"head_dims[{i}]", v, 1, limits["max_sweep_head_dim"])
@@ -311,10 +312,13 @@ def sweep(schedules: Union[str, Sequence[str]], seqlens: Union[int, Sequence[int
     else:
         sizes = [sram_bytes(s, f"sram[{i}]") for i, s in enumerate(_list("sram", sram))]
     dtype = dtype or (preset["dtype"] if preset else "bf16")
+    threads = _integer("jobs", jobs, 1, limits["max_sweep_jobs"])
     command = (f"flashlab.sim.sweep({names!r}, {n!r}, {d!r}, sram={sizes!r}, masks={_list('masks', masks)!r}, "
-               f"dtype={dtype!r}, batch={batch!r}, heads={heads!r}, machine={machine!r})")
+               f"dtype={dtype!r}, batch={batch!r}, heads={heads!r}, machine={machine!r}"
+               + (f", jobs={threads!r})" if threads != 1 else ")"))
     result = _core.sweep(names, n, d, sizes, _list("masks", masks), dtype, _integer("batch", batch, 1, limits["max_batch"]),
-                         _integer("heads", heads, 1, limits["max_heads"]), machine or "", MACHINES_DIR, command)
+                         _integer("heads", heads, 1, limits["max_heads"]), machine or "", MACHINES_DIR, command,
+                         threads)
     return Sweep(result)
 
 

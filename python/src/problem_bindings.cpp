@@ -11,6 +11,7 @@
 #include "algorithms/limits.hpp"
 #include "algorithms/problem.hpp"
 #include "bindings.hpp"
+#include "sim/sweep.hpp"
 
 namespace nb = nanobind;
 
@@ -63,6 +64,7 @@ void bind_limits(nb::module_& m) {
   limits["min_sweep_sram_bytes"] = kMinSweepSramBytes;
   limits["max_sweep_seqlen"] = kMaxSweepSeqlen;
   limits["max_sweep_head_dim"] = kMaxSweepHeadDim;
+  limits["max_sweep_jobs"] = sim::kMaxSweepJobs;
   limits["max_trace_events"] = kMaxTraceEvents;
   limits["max_trace_value_elements"] = kMaxTraceValueElements;
   m.attr("limits") = limits;

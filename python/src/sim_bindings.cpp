@@ -314,7 +314,8 @@ void bind_sim(nb::module_& m) {
   m.def("sweep", [](const std::vector<std::string>& schedule_names, const std::vector<int>& seqlens,
                     const std::vector<int>& head_dims, const std::vector<std::int64_t>& sram_bytes,
                     const std::vector<std::string>& masks, const std::string& dtype, int batch, int heads,
-                    const std::string& machine_key, const std::string& machines_dir, const std::string& command) {
+                    const std::string& machine_key, const std::string& machines_dir, const std::string& command,
+                    int jobs) {
     SweepGrid grid;
     grid.schedules = schedule_names;
     grid.seqlens = seqlens;
@@ -328,13 +329,13 @@ void bind_sim(nb::module_& m) {
     json result;
     {
       nb::gil_scoped_release release;
-      const std::vector<SweepPoint> points = run_sweep(grid);
+      const std::vector<SweepPoint> points = run_sweep(grid, {}, jobs);
       result = sweep_to_json(grid, points, fit_sweep(points), machine ? &*machine : nullptr, command);
     }
     return to_python(result);
   }, nb::arg("schedules"), nb::arg("seqlens"), nb::arg("head_dims"), nb::arg("sram_bytes"), nb::arg("masks"),
      nb::arg("dtype"), nb::arg("batch"), nb::arg("heads"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("command"),
-     "the sweep's JSON (schema: sim/sweep.hpp)");
+     nb::arg("jobs") = 1, "the sweep's JSON (schema: docs/schemas/sweep.schema.json)");
 
   bind_trace(m);
   bind_closed_forms(m);

@@ -1,4 +1,5 @@
 """flashlab.sim.sweep: records for a DataFrame, each point counted as a run, the fits, refusals."""
+import copy
 import json
 import math
 
@@ -86,4 +87,27 @@ def test_sweep_refusals(arguments, message):
     call.update(arguments)
     with pytest.raises(ValueError) as error:
         sim.sweep(call.pop("schedules"), call.pop("seqlens"), call.pop("head_dims"), **call)
+    assert message in str(error.value)
+
+
+def test_jobs_give_the_serial_result_in_order():
+    def without_times(points):
+        saved = copy.deepcopy(points.to_json())
+        for point in saved["points"]:
+            point.pop("seconds", None)
+        return saved["points"], saved["fits"]
+    serial = sim.sweep(["standard", "fa1", "fa2"], [129, 513, 1031], [64, 128], sram=["1K", "16K"], masks=["none", "causal"])
+    parallel = sim.sweep(["standard", "fa1", "fa2"], [129, 513, 1031], [64, 128], sram=["1K", "16K"], masks=["none", "causal"],
+                         jobs=3)
+    assert {p["status"] for p in serial} == {"ok", "does_not_fit"}
+    assert without_times(parallel) == without_times(serial)
+    assert parallel.to_json()["command"].endswith(", jobs=3)")
+
+
+@pytest.mark.parametrize("jobs, message", [(0, "--jobs = 0 is out of range; allowed: 1..256"),
+                                           (257, "--jobs = 257 is out of range"), (2**40, "jobs = 1099511627776"),
+                                           ("2", "jobs = '2'; allowed: an integer in [1, 256]")])
+def test_jobs_refused(jobs, message):
+    with pytest.raises(ValueError) as error:
+        sim.sweep("fa2", 256, 64, sram="16K", jobs=jobs)
     assert message in str(error.value)

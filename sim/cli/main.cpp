@@ -3,6 +3,7 @@
 //   flashlab run --schedule fa2 --seqlen 4096 --head-dim 128 --sram 228K   one run: counters (+ error vs the oracle with --data)
 //   flashlab check                                                         every CPU schedule vs the double oracle
 //   flashlab sweep --schedules fa1,fa2 --seqlens 1024,2048 --head-dims 64 --sram 64K,128K --json s.json --csv s.csv
+//                  [--jobs 4] [--quiet]                                   points counted on 4 threads; no progress lines
 //   flashlab trace --schedule fa2 --seqlen 128 --head-dim 16 --sram 8K --out fa2.json
 //   flashlab machines                                                      the presets and their sources
 //   flashlab experiment --out-dir out                                      the README's default experiment
@@ -44,6 +45,7 @@
 #include "sim/experiment.hpp"
 #include "sim/machines.hpp"
 #include "sim/output_file.hpp"
+#include "sim/progress.hpp"
 #include "sim/report.hpp"
 #include "sim/schedules.hpp"
 #include "sim/sweep.hpp"
@@ -253,7 +255,9 @@ int command_check(const std::string& sram, std::uint64_t seed) {
 
 int command_sweep(const std::string& schedules_text, const std::string& seqlens, const std::string& head_dims,
                   const std::string& srams, const std::string& masks, const std::string& dtype, const std::string& machine_key,
-                  const std::string& json_path, const std::string& csv_path, const std::string& command) {
+                  const std::string& json_path, const std::string& csv_path, int jobs, bool quiet,
+                  const std::string& command) {
+  require_valid_jobs(jobs);
   require_writable(json_path);
   require_writable(csv_path);
   std::optional<Machine> machine;
@@ -269,17 +273,17 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
   grid.dtype = !dtype.empty() ? dtype_from_string(dtype) : machine ? machine->dtype : DType::bf16;
   grid.validate();
   if (checks_only) return 0;
-  const bool terminal = ::isatty(2);
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<SweepPoint> points = run_sweep(grid, [&](std::size_t done, std::size_t total) {
-    if (terminal) std::cerr << "\rsweep: " << done << "/" << total << " points" << (done == total ? "\n" : "") << std::flush;
-  });
+  ProgressLine progress(std::cerr, "sweep", ::isatty(2) != 0);  // stderr only: stdout and the files never change
+  Progress report;
+  if (!quiet) report = [&](std::size_t done, std::size_t total) { progress.update(done, total); };
+  const std::vector<SweepPoint> points = run_sweep(grid, report, jobs);
   const std::vector<SweepFit> fits = fit_sweep(points);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   print_fits(std::cout, fits);
   std::cout << points.size() << " points in " << std::setprecision(3) << seconds << " s\n";
   if (!json_path.empty()) write_output_file(json_path, sweep_to_json(grid, points, fits, machine ? &*machine : nullptr, command).dump(1) + "\n");
-  if (!csv_path.empty()) write_output_file(csv_path, sweep_to_csv(points, machine ? &*machine : nullptr, command));
+  if (!csv_path.empty()) write_output_file(csv_path, sweep_to_csv(points, machine ? &*machine : nullptr));
   return 0;
 }
 
@@ -415,8 +419,13 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   sweep->add_option("--masks", masks, "comma-separated: none, causal, window:W, sparse:S");
   sweep->add_option("--dtype", dtype_text, "fp32, fp16 or bf16 (default: the machine's, else bf16)");
   sweep->add_option("--machine", machine_key, "machine preset for the roofline time");
-  sweep->add_option("--json", json_path, "write every point and the fits as JSON (schema: sim/sweep.hpp)");
-  sweep->add_option("--csv", csv_path, "write every point as CSV");
+  sweep->add_option("--json", json_path, "write every point and the fits as JSON (schema: docs/schemas/sweep.schema.json)");
+  sweep->add_option("--csv", csv_path, "write every point as CSV (one header row; the provenance is in the JSON)");
+  int jobs = 1;
+  bool quiet = false;
+  add_decimal_option(*sweep, "--jobs,-j", jobs, "threads counting points (results identical to --jobs 1, in the same order)", 1,
+                     kMaxSweepJobs);
+  sweep->add_flag("--quiet,-q", quiet, "no progress lines on stderr");
 
   std::int64_t max_events = TraceRecorder::kDefaultMaxEvents;
   std::int64_t value_limit = 4096;
@@ -461,7 +470,8 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     if (*run) return command_run(run_problem, schedule, data, run->count("--dtype") > 0, json_path, command);
     if (*check) return command_check(check_sram, seed);
     if (*sweep) {
-      return command_sweep(sweep_schedules, seqlens, head_dims, srams, masks, dtype_text, machine_key, json_path, csv_path, command);
+      return command_sweep(sweep_schedules, seqlens, head_dims, srams, masks, dtype_text, machine_key, json_path, csv_path, jobs, quiet,
+                           command);
     }
     if (*trace) return command_trace(trace_problem, schedule, trace->count("--dtype") > 0, out, max_events, value_limit);
     if (*machines) return command_machines(as_json);

@@ -11,7 +11,7 @@ trap 'rm -rf "$work"' EXIT
 grep -q "crossover at M" "$work/table.txt"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['format']=='flashlab-experiment' and j['points'] and j['fits']" "$work/experiment.json"
 "$flashlab" sweep --schedules fa1,fa2 --seqlens 512,1024,2048 --head-dims 64 --sram 32K --json "$work/s.json" --csv "$work/s.csv" >/dev/null
-head -1 "$work/s.csv" | grep -q "flashlab-sweep v1; command: "
+head -1 "$work/s.csv" | grep -q "^schedule,mask,seqlen,head_dim,sram_bytes,status,"  # the header row first
 "$flashlab" machines | grep -q h100
 "$flashlab" kernel-tiles --machine h200 --generation fa2 --json "$work/tiles.json" | grep -q "128x64"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['format']=='flashlab-kernel-tiles' and j['machine']=='h200'; assert any(t['direction']=='forward' and t['head_dim']==128 and (t['block_rows'],t['block_cols'])==(128,64) for t in j['tilings'])" "$work/tiles.json"
