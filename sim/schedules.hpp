@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,9 @@ struct ScheduleInfo {
   std::string description;  // one line
   Pass pass = Pass::forward;
   bool tiled = true;        // false: block sizes do not change its HBM traffic (standard)
+  // GQA/MQA: the query heads of one KV head run as one unit that reads K and V once (packed
+  // query heads, as decoding kernels do): split_kv. The others read K, V once per query head.
+  bool shares_kv_in_group = false;
 
   // Internal: the schedule for one head, per memory model (set by the registry).
   struct HeadCall;
@@ -100,6 +104,9 @@ struct ScheduleInfo::HeadCall {
   const BlockSizes& blocks;
   const HeadTensors& x;
   bool with_data;
+  // shares_kv_in_group schedules: every query head of the KV group (head, x are the first).
+  std::span<const HeadProblem> group_heads = {};
+  std::span<const HeadTensors> group_x = {};
 };
 
 const std::vector<ScheduleInfo>& schedules();

@@ -397,18 +397,19 @@ def working_set_bytes(schedule: str, problem: Problem, blocks: Blocks) -> int:
 
 def bound(schedule: str, problem: Problem, sram: Sram, sparsity: float = 1.0) -> dict:
     """The bound the schedule's count is held against, per (sequence, head): {formula, source,
-    elements}."""
+    elements}, and warning when M is outside the range d <= M <= N d the bound is proved for."""
     return _core.schedule_bound(schedule, problem, sram_bytes(sram), _number("sparsity", sparsity))
 
 
 def lower_bound(problem: Problem, sram: Sram) -> dict:
-    """Saha and Ye's lower bound (FA1 Proposition 3 for M >= d^2), per (sequence, head)."""
+    """Saha and Ye's lower bound (FA1 Proposition 3 for M >= d^2), per (sequence, head), never below
+    the compulsory traffic (Q, K, V read once, O written once); warning outside d <= M <= N d."""
     return _core.lower_bound(problem, sram_bytes(sram))
 
 
 def bound_formulas(problem: Problem, sram: Sram, sparsity: float = 1.0) -> dict:
     """Every bound formula of sim/bounds.hpp at this problem and M, in elements per head:
-    standard, flash, block_sparse, saha_ye_lower, memory_efficient, square_tiling."""
+    standard, flash, block_sparse, saha_ye_lower, compulsory, memory_efficient, square_tiling."""
     return _core.bound_formulas(problem, sram_bytes(sram), _number("sparsity", sparsity))
 
 

@@ -47,7 +47,9 @@ const char* to_string(CausalAlignment alignment) {
 }
 
 json to_json(const Bound& bound) {
-  return {{"formula", bound.formula}, {"source", bound.source}, {"elements", bound.elements}};
+  json record{{"formula", bound.formula}, {"source", bound.source}, {"elements", bound.elements}};
+  if (!bound.warning.empty()) record["warning"] = bound.warning;  // M outside the theorem's d <= M <= N d
+  return record;
 }
 
 // A machine preset by key (among the directory's) or path; none for an empty key.
@@ -196,6 +198,7 @@ void bind_bounds(nb::module_& m) {
     d["flash"] = flash_bound(x);
     d["block_sparse"] = block_sparse_bound(x);
     d["saha_ye_lower"] = saha_ye_lower_bound(x);
+    d["compulsory"] = compulsory_traffic(x);
     d["memory_efficient"] = memory_efficient_bound(x);
     d["square_tiling"] = square_tiling_bound(x);
     return d;

@@ -197,10 +197,12 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   std::cout << "bound           " << bound.formula << " (" << bound.source << ") = " << std::setprecision(4)
             << bound.elements * heads << " elements; counted / bound = "
             << static_cast<double>(hbm_elements(result.counters)) / (bound.elements * heads) << "\n";
+  if (!bound.warning.empty()) std::cerr << "warning: " << bound.warning << "\n";
   nlohmann::json json{{"format", "flashlab-run"}, {"version", 1}, {"command", command}, {"schedule", schedule},
                       {"blocks", to_json(result.blocks)}, {"sram_bytes", options.sram_bytes},
                       {"memory", to_string(options.memory)}, {"counters", to_json(result.counters)},
                       {"closed_form_equal", exact}, {"seconds", seconds}};
+  if (!bound.warning.empty()) json["bound_warning"] = bound.warning;
   if (machine) {
     const Roofline r = roofline(result.counters, *machine);
     std::cout << "roofline        " << std::setprecision(3) << r.seconds * 1e3 << " ms on " << machine->key << ", bound by "
