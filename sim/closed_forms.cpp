@@ -537,8 +537,13 @@ std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem
   return working_set(schedule, problem, blocks).value();
 }
 
-BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes) {
+bool has_paper_block_rule(std::string_view schedule) {
   find_schedule(schedule);
+  return schedule != "standard" && schedule != "standard_backward" && schedule != "memory_efficient";
+}
+
+BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, BlockRule rule) {
+  const bool paper_rule = rule == BlockRule::paper && has_paper_block_rule(schedule);
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
   const std::int64_t m = sram_bytes / element_bytes(problem.dtype);  // M in elements
   const std::int64_t d = problem.head_dim;
@@ -552,11 +557,12 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
   const auto square = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(b)}; };
   if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse" || schedule == "fa1_backward" ||
       schedule == "fa2_backward" || schedule == "fa2_backward_atomic") {
+    if (paper_rule) return fa1_shape(paper);
     return largest_fitting(schedule, problem, sram_bytes, paper, fa1_shape);
   }
-  if (schedule == "fa2") return largest_fitting(schedule, problem, sram_bytes, paper, fa2_shape);
-  if (schedule == "split_kv") {
-    return largest_fitting(schedule, problem, sram_bytes, paper, [&](std::int64_t b) { return fa2_shape(b); });
+  if (schedule == "fa2" || schedule == "split_kv") {
+    if (paper_rule) return fa2_shape(paper);
+    return largest_fitting(schedule, problem, sram_bytes, paper, fa2_shape);
   }
   // Standard attention: square blocks up to d (its traffic does not fall with larger ones).
   if (schedule == "standard" || schedule == "standard_backward") {
@@ -567,6 +573,7 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
   // Saha-Ye Algorithm 1: B = floor(sqrt(M / 4)).
   if (schedule == "square_tiling") {
     const auto side = static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(m) / 4.0)));
+    if (paper_rule) return square(std::max<std::int64_t>(side, 1));
     return largest_fitting(schedule, problem, sram_bytes, side, square);
   }
   throw std::invalid_argument("schedule '" + std::string(schedule) + "' has no block-size rule");

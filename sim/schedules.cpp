@@ -33,6 +33,14 @@ MemoryKind memory_kind_from_string(const std::string& name) {
   throw std::invalid_argument("memory model '" + name + "' is unknown; allowed: data, shape");
 }
 
+const char* to_string(BlockRule rule) { return rule == BlockRule::paper ? "paper" : "fitting"; }
+
+BlockRule block_rule_from_string(const std::string& name) {
+  if (name == "fitting") return BlockRule::fitting;
+  if (name == "paper") return BlockRule::paper;
+  throw std::invalid_argument("block rule '" + name + "' is unknown; allowed: fitting, paper");
+}
+
 namespace {
 
 using HeadCall = ScheduleInfo::HeadCall;
@@ -213,7 +221,7 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
   if (options.sram_bytes == 0) {
     throw std::invalid_argument("schedule '" + info.name + "': neither block sizes nor an SRAM size M given; allowed: M >= 1 byte or explicit block sizes");
   }
-  BlockSizes derived = derive_blocks(info.name, problem, options.sram_bytes);
+  BlockSizes derived = derive_blocks(info.name, problem, options.sram_bytes, options.block_rule);
   derived.num_splits = options.blocks.num_splits;  // split_kv: a split count may come with derived blocks
   return derived;
 }
@@ -401,12 +409,24 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
   return total;
 }
 
-RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& options,
+RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& given_options,
                    AttentionTensors* tensors) {
   problem.validate();
   RunResult result;
   result.schedule = info.name;
-  result.blocks = resolve_blocks(info, problem, options);
+  result.blocks = resolve_blocks(info, problem, given_options);
+  RunOptions options = given_options;
+  if (given_options.blocks.given()) {
+    result.block_rule = "given";
+  } else if (given_options.block_rule == BlockRule::paper && has_paper_block_rule(info.name)) {
+    // The paper's rule keeps its own accounting (M/4 per Q_i, K_j, V_j, O_i): the arena holds
+    // what the schedule really holds at these blocks, which may exceed M.
+    result.block_rule = "paper";
+    options.sram_bytes = std::max(options.sram_bytes, working_set_bytes(info.name, problem, result.blocks));
+  } else {
+    result.block_rule = "fitting";
+  }
+  result.arena_bytes = options.sram_bytes;
   result.heads_total = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
   const bool backward = info.pass == Pass::backward;
   // A unit: one query head, or one KV head's group of query heads (backward; K/V sharing).

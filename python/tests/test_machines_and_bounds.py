@@ -91,3 +91,17 @@ def test_split_kv_reads_an_mqa_cache_once():
     p = sim.problem(seqlen_q=1, seqlen_k=32768, head_dim=128, heads_q=32, heads_kv=1, dtype="bf16")
     tensors = sim.run("split_kv", p, sram="228K").counters["tensors"]
     assert tensors["K"]["read_bytes"] + tensors["V"]["read_bytes"] == 2 * 32768 * 128 * 2
+
+
+def test_block_rule_paper_or_fitting_and_the_run_says_which():
+    # FA1, d 128, M 228 KB, bf16: the paper's 128 x 228 (Bc = ceil(116736 / 512)), or 114 x 114 fitted.
+    p = sim.problem(seqlen_q=2048, head_dim=128, dtype="bf16")
+    fitting = sim.run("fa1", p, sram="228K")
+    paper = sim.run("fa1", p, sram="228K", block_rule="paper")
+    assert fitting.block_rule == "fitting" and paper.block_rule == "paper"
+    assert (paper.blocks["block_rows"], paper.blocks["block_cols"]) == (128, 228)
+    assert (fitting.blocks["block_rows"], fitting.blocks["block_cols"]) == (114, 114)
+    assert paper.arena_bytes == 369152 and fitting.arena_bytes == 228 * 1024
+    assert paper.closed_form_equal
+    with pytest.raises(ValueError):
+        sim.run("fa1", p, sram="228K", block_rule="square")

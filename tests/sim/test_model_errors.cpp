@@ -8,6 +8,7 @@
 
 #include "catch.hpp"
 #include "sim/bounds.hpp"
+#include "sim/closed_forms.hpp"
 #include "sim/schedules.hpp"
 
 using namespace flashlab;
@@ -110,4 +111,40 @@ TEST_CASE("the lower bound never undercuts the compulsory traffic, and M outside
   // M = 32 elements < d = 64: below the range.
   CHECK(lower_bound(problem, 64).warning.find("below d") != std::string::npos);
   CHECK(schedule_bound("standard", problem, 64).warning.empty());  // standard's bound holds for every M
+}
+
+TEST_CASE("block sizes: the paper's rule as written, or the fitting rule, and a run says which", "[sim][tiling][block_rule]") {
+  Problem problem;
+  problem.seqlen_q = problem.seqlen_k = 2048;
+  problem.head_dim = 128;
+  problem.dtype = DType::bf16;
+  const std::int64_t m_bytes = 228 * 1024;  // 116736 bf16 elements
+  // FA1 Algorithm 1, line 1: Bc = ceil(116736 / (4 x 128)) = 228, Br = min(228, 128) = 128.
+  CHECK(derive_blocks("fa1", problem, m_bytes, BlockRule::paper) == BlockSizes{128, 228, 0});
+  // Fitting: the working set 2 (b 256 + r 128 + 2 r b + r 128) + 4 r 128 + 36 r (r = min(b, 128))
+  // is 231192 B at b = 114 and 233680 B > 233472 B at b = 115: square 114 x 114 blocks.
+  CHECK(derive_blocks("fa1", problem, m_bytes) == BlockSizes{114, 114, 0});
+  // FA2 swaps the roles: Br = 228, Bc = 128 under the paper's rule.
+  CHECK(derive_blocks("fa2", problem, m_bytes, BlockRule::paper) == BlockSizes{228, 128, 0});
+
+  RunOptions options;
+  options.sram_bytes = m_bytes;
+  const RunResult fitting = run_schedule("fa1", problem, options);
+  CHECK(fitting.block_rule == "fitting");
+  CHECK(fitting.arena_bytes == m_bytes);
+  options.block_rule = BlockRule::paper;
+  const RunResult paper = run_schedule("fa1", problem, options);
+  CHECK(paper.block_rule == "paper");
+  CHECK(paper.blocks == BlockSizes{128, 228, 0});
+  // The paper's blocks hold more than M: K, V 228 x 256, Q 128 x 128, S and P 2 x 128 x 228
+  // (bf16), O fp32 and bf16 128 x 128 x 6 B, nine fp32 rows of 128: 2 (58368 + 16384 + 58368) +
+  // 98304 + 4608 = 369152 B. The arena grows to it. The peak is one fp32 row of 128 less
+  // (368640 B): LSE is made only on a query block's last visit, and 2048 = 8 x 228 + 224 makes
+  // that visit's key block shorter.
+  CHECK(paper.arena_bytes == 369152);
+  CHECK(paper.counters.sram_peak_bytes == 369152 - 128 * 4);
+  CHECK(paper.counters.hbm_bytes() < fitting.counters.hbm_bytes());  // fewer, larger key blocks
+  options.blocks = {64, 64};
+  CHECK(run_schedule("fa1", problem, options).block_rule == "given");
+  CHECK_THROWS_AS(block_rule_from_string("square"), std::invalid_argument);
 }
