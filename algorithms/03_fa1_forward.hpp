@@ -6,8 +6,10 @@
 // step reads them, folds in block j and writes them back (lines 8-13), so O is read and written
 // Tc times. FA2 (04_fa2_forward.hpp) swaps the loops to keep them on chip.
 //
-// Every block is visited, as in the paper: a block the mask hides is masked, not skipped
-// (skipping is FA1 Algorithm 5, 09_block_sparse.hpp).
+// Every block is visited, as in the paper: a block the mask hides is masked, not skipped.
+// fa1_forward_skipping (09_block_sparse.hpp) is the variant that skips such blocks, as the
+// project's FA1 kernel does (kernels/01_fa1_sm75): FA1 Algorithm 5's loop with the block mask
+// taken from the causal or window mask.
 //
 // Precision, decided once: l and m are fp32 scratch tensors in HBM (as in the paper's CUDA code).
 // O_i is rewritten after every key block, and rounding it to bf16/fp16 Tc times would compound
@@ -132,6 +134,7 @@ struct Fa1Lines {
   int write_output;      // O_i <- ...
   int write_statistics;  // l_i <- l_i^new, m_i <- m_i^new
   int finish;            // return
+  int skip_test = 0;     // skipping variants: the line whose test skips a hidden block (0: none)
 };
 // FA1 Algorithm 1 has no mask and dropout lines (Algorithm 2 adds them as its lines 11 and 14):
 // they are shown at the lines they belong to, 9 and 12.

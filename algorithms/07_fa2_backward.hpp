@@ -4,7 +4,8 @@
 // outer loop runs over key/value blocks K_j, V_j: dK_j and dV_j stay on chip for the whole inner
 // loop over query blocks and are written once (line 18). P is recomputed from the saved
 // log-sum-exp, P = exp(S - L) (line 11), so no N x N matrix ever reaches HBM. dQ_i is
-// read, updated and written back in HBM at every inner step (line 15), accumulated in fp32 in
+// read, updated and written back in HBM at every inner step (line 15; or added with atomics,
+// DqUpdate below), accumulated in fp32 in
 // increasing key-block order, so the result is deterministic (a GPU kernel runs the key blocks
 // in parallel and needs atomics or a fixed order for the same).
 //
@@ -30,8 +31,18 @@
 
 namespace flashlab {
 
+// Line 15's update of the fp32 dQ accumulator in HBM:
+//   read_modify_write - load dQ_i, add scale dS K_j on chip, store it (the paper's "write dQ_i
+//                       <- dQ_i + tau dS_ij K_j to HBM"; the reads are counted): fa2_backward;
+//   atomic            - compute scale dS K_j on chip and add it in HBM with atomics, which the
+//                       L2 cache performs, so dQ_i is never read (as the project's FA2 kernel,
+//                       kernels/02_fa2_sm80/backward_kernel.cuh): fa2_backward_atomic.
+// Both add the key blocks in increasing order here, so both give the same dQ.
+enum class DqUpdate { read_modify_write, atomic };
+
 template <class Memory>
-void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x) {
+void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x,
+                  DqUpdate dq_update = DqUpdate::read_modify_write) {
   tiling.validate();
   // Lines 1-2: Q, O, dO, L in blocks of Br rows, K, V in blocks of Bc rows (views of HBM; the
   // last block is shorter when the size does not divide the sequence).
@@ -119,10 +130,16 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
       Tile ds = mem.softmax_backward(TensorId::dS, p, dp, d_row);  // line 14: dS = P * (dP - D_i)
       if (head.softcap > 0) mem.chain_score_mods(ds, s_scaled, head);
 
-      mem.mark_line(15);  // line 15: dQ_i += scale dS K_j, read-modify-write in HBM
-      Tile dq = mem.load(dQ, rows);
-      mem.multiply_add(dq, ds, Transpose::no, k, Transpose::no, head.scale);
-      mem.store(dQ, rows, dq);
+      mem.mark_line(15);  // line 15: dQ_i += scale dS K_j in HBM
+      if (dq_update == DqUpdate::read_modify_write) {
+        Tile dq = mem.load(dQ, rows);
+        mem.multiply_add(dq, ds, Transpose::no, k, Transpose::no, head.scale);
+        mem.store(dQ, rows, dq);
+      } else {
+        Tile dq = mem.fp32_zeros(TensorId::dQ, rows, {0, d});
+        mem.multiply_add(dq, ds, Transpose::no, k, Transpose::no, head.scale);
+        mem.atomic_add(dQ, rows, dq);
+      }
 
       mem.mark_line(16);  // line 16: dK_j += scale dS^T Q_i
       mem.multiply_add(dk, ds, Transpose::yes, q, Transpose::no, head.scale);

@@ -35,8 +35,10 @@
 #pragma once
 
 #include <algorithm>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "online_softmax.hpp"
 #include "tile_memory.hpp"
@@ -82,70 +84,100 @@ inline HbmMatrix every_nth_row(const HbmMatrix& m, int first_row, int step) {
 }
 }  // namespace split_kv_detail
 
+// GQA/MQA packing (as decoding kernels do: the query heads of one KV head packed into one
+// tile): `heads` are the query heads of one KV group, all reading the same K and V. Line 4 then
+// loads K_j, V_j once per (chunk, query block, key block) for the whole group, and lines 5-6
+// run for each head of the group on that one copy, so K and V are read once per KV head, not
+// once per query head. The heads share the mask (only ALiBi slopes differ, which never hide a
+// block), so the group's visible blocks are its first head's. A group of one is the unpacked
+// schedule. Held at the peak: the group's Q_i and (m, l, O) state, one K_j, V_j, one S, P.
 template <class Memory>
-void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling,
-                      const HeadTensors& x) {
+void split_kv_forward_group(Memory& mem, std::span<const HeadProblem> heads, const SplitKvTiling& tiling,
+                            std::span<const HeadTensors> xs) {
   tiling.validate();
-  const int Br = tiling.block_rows, Bc = tiling.block_cols, dv = head.head_dim_v;
-  const int chunk_length = tiling.chunk_length(head.seqlen_k);
-  const int chunks = tiling.chunk_count(head.seqlen_k);
+  if (heads.empty() || heads.size() != xs.size()) {
+    throw std::invalid_argument("split_kv_forward_group: " + std::to_string(heads.size()) + " heads and " +
+                                std::to_string(xs.size()) + " tensor views; allowed: as many of both, at least one");
+  }
+  const HeadProblem& first_head = heads.front();
+  const int Br = tiling.block_rows, Bc = tiling.block_cols, dv = first_head.head_dim_v;
+  const int chunk_length = tiling.chunk_length(first_head.seqlen_k);
+  const int chunks = tiling.chunk_count(first_head.seqlen_k);
+  const std::size_t group = heads.size();
   HbmScratch scratch(Memory::with_data);
-  const int partial_rows =
-      checked_int(checked_mul(head.seqlen_q, chunks, "split_kv: seqlen_q x chunks"), "split_kv: rows of O_partial");
-  const HbmMatrix O_partial = scratch.matrix(TensorId::O_partial, DType::fp32, partial_rows, dv);
-  const HbmMatrix LSE_partial =
-      scratch.matrix(TensorId::LSE_partial, DType::fp32, head.seqlen_q, chunks);
+  const int partial_rows = checked_int(checked_mul(first_head.seqlen_q, chunks, "split_kv: seqlen_q x chunks"),
+                                       "split_kv: rows of O_partial");
+  std::vector<HbmMatrix> O_partial, LSE_partial;  // one pair per query head of the group
+  for (std::size_t g = 0; g < group; ++g) {
+    O_partial.push_back(scratch.matrix(TensorId::O_partial, DType::fp32, partial_rows, dv));
+    LSE_partial.push_back(scratch.matrix(TensorId::LSE_partial, DType::fp32, first_head.seqlen_q, chunks));
+  }
 
   // Phase 1: every (chunk, query block) independently, FA2 Algorithm 1 restricted to the chunk.
   for (int chunk = 0; chunk < chunks; ++chunk) {  // line 1
     const int chunk_begin = chunk * chunk_length;
-    const int chunk_end = std::min(head.seqlen_k, chunk_begin + chunk_length);
-    const HbmMatrix O_chunk = split_kv_detail::every_nth_row(O_partial, chunk, chunks);
-    for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
-      const Range rows{row_begin, std::min(Br, head.seqlen_q - row_begin)};
+    const int chunk_end = std::min(first_head.seqlen_k, chunk_begin + chunk_length);
+    for (int row_begin = 0; row_begin < first_head.seqlen_q; row_begin += Br) {
+      const Range rows{row_begin, std::min(Br, first_head.seqlen_q - row_begin)};
       mem.mark_line(2);
-      Tile q = mem.load(x.Q, rows);  // line 2
-      SoftmaxState state = start_softmax_state(mem, rows, dv);
-      const auto [first_key, last_key] = head.visible_key_range(rows.begin, rows.end());
+      std::vector<Tile> q;  // line 2, for every head of the group
+      std::vector<SoftmaxState> state;
+      for (std::size_t g = 0; g < group; ++g) {
+        q.push_back(mem.load(xs[g].Q, rows));
+        state.push_back(start_softmax_state(mem, rows, dv));
+      }
+      const auto [first_key, last_key] = first_head.visible_key_range(rows.begin, rows.end());
       const int first = std::max(first_key, chunk_begin), last = std::min(last_key, chunk_end);
       const int first_block = first - (first - chunk_begin) % Bc;  // blocks start at chunk_begin
       for (int col_begin = first_block; col_begin < last; col_begin += Bc) {  // line 3
         const Range cols{col_begin, std::min(Bc, chunk_end - col_begin)};
-        const auto coverage = head.coverage(rows.begin, rows.end(), cols.begin, cols.end());
+        const auto coverage = first_head.coverage(rows.begin, rows.end(), cols.begin, cols.end());
         if (coverage == HeadProblem::BlockCoverage::empty) continue;  // skipped, not masked
         mem.mark_line(4);
-        Tile k = mem.load(x.K, cols);  // line 4
-        Tile v = mem.load(x.V, cols);
-        mem.mark_line(5);
-        Tile s = mem.matmul_nt(TensorId::S, q, k, head.scale);  // line 5
-        if (coverage == HeadProblem::BlockCoverage::partial || head.modifies_scores())
-          mem.apply_score_mods(s, head);
-        mem.mark_line(6);
-        online_softmax_update(mem, state, s, v, head);  // line 6 (FA2 Algorithm 1, lines 9-10)
+        Tile k = mem.load(xs.front().K, cols);  // line 4: once for the group
+        Tile v = mem.load(xs.front().V, cols);
+        for (std::size_t g = 0; g < group; ++g) {
+          mem.mark_line(5);
+          Tile s = mem.matmul_nt(TensorId::S, q[g], k, heads[g].scale);  // line 5
+          if (coverage == HeadProblem::BlockCoverage::partial || heads[g].modifies_scores())
+            mem.apply_score_mods(s, heads[g]);
+          mem.mark_line(6);
+          online_softmax_update(mem, state[g], s, v, heads[g]);  // line 6 (FA2 Algorithm 1, lines 9-10)
+        }
       }
       mem.mark_line(7);
-      Tile lse = finish_softmax_state(mem, state);  // line 7: O_c and LSE_c of this chunk
-      mem.store(O_chunk, rows, state.o);
-      mem.store(LSE_partial, rows, {chunk, 1}, lse);
+      for (std::size_t g = 0; g < group; ++g) {
+        Tile lse = finish_softmax_state(mem, state[g]);  // line 7: O_c and LSE_c of this chunk
+        mem.store(split_kv_detail::every_nth_row(O_partial[g], chunk, chunks), rows, state[g].o);
+        mem.store(LSE_partial[g], rows, {chunk, 1}, lse);
+      }
     }
   }
 
-  // Phase 2: the combine. Row r's chunk LSEs act as scores, its partial outputs as values.
-  HeadProblem combine = head;
-  combine.dropout.probability = 0.0f;              // dropout was applied in phase 1
-  for (int row = 0; row < head.seqlen_q; ++row) {  // line 8
-    const Range rows{row, 1};
-    mem.mark_line(9);
-    Tile chunk_lse = mem.load(LSE_partial, rows, {0, chunks});         // line 9: 1 x chunks
-    Tile chunk_outputs = mem.load(O_partial, {row * chunks, chunks});  //         chunks x dv
-    mem.mark_line(10);
-    SoftmaxState state = start_softmax_state(mem, rows, dv);
-    online_softmax_update(mem, state, chunk_lse, chunk_outputs, combine);  // line 10
-    mem.mark_line(11);
-    Tile lse = finish_softmax_state(mem, state);  // line 11: O = sum_c e^{LSE_c - LSE} O_c
-    mem.store(x.O, rows, state.o);
-    mem.store(x.LSE, rows, lse);
+  // Phase 2: the combine, head by head. Row r's chunk LSEs act as scores, its partial outputs as values.
+  for (std::size_t g = 0; g < group; ++g) {
+    HeadProblem combine = heads[g];
+    combine.dropout.probability = 0.0f;                    // dropout was applied in phase 1
+    for (int row = 0; row < first_head.seqlen_q; ++row) {  // line 8
+      const Range rows{row, 1};
+      mem.mark_line(9);
+      Tile chunk_lse = mem.load(LSE_partial[g], rows, {0, chunks});         // line 9: 1 x chunks
+      Tile chunk_outputs = mem.load(O_partial[g], {row * chunks, chunks});  //         chunks x dv
+      mem.mark_line(10);
+      SoftmaxState combined = start_softmax_state(mem, rows, dv);
+      online_softmax_update(mem, combined, chunk_lse, chunk_outputs, combine);  // line 10
+      mem.mark_line(11);
+      Tile lse = finish_softmax_state(mem, combined);  // line 11: O = sum_c e^{LSE_c - LSE} O_c
+      mem.store(xs[g].O, rows, combined.o);
+      mem.store(xs[g].LSE, rows, lse);
+    }
   }
+}
+
+// One query head on its own (no packing): the group of one.
+template <class Memory>
+void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling, const HeadTensors& x) {
+  split_kv_forward_group(mem, std::span<const HeadProblem>(&head, 1), tiling, std::span<const HeadTensors>(&x, 1));
 }
 
 }  // namespace flashlab

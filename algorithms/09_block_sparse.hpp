@@ -30,7 +30,10 @@ namespace flashlab {
 // FA1 Algorithm 5 numbers (its block sizes are an input, not a line): 2 initialise O, l, m,
 // 6 load K_j V_j, 8 "if M_ij != 0", 9 load Q_i O_i l_i m_i, 10 S_ij, 11 MASK, 12 m~ P~ l~,
 // 13 m_new l_new, 14 dropout, 15 write O_i, 16 write l_i m_i, 20 return.
-inline constexpr Fa1Lines kFa1Algorithm5Lines{2, 6, 9, 10, 11, 12, 13, 14, 15, 16, 20};
+inline constexpr Fa1Lines kFa1Algorithm5Lines{2, 6, 9, 10, 11, 12, 13, 14, 15, 16, 20, 8};
+// FA1 Algorithm 1 with hidden blocks skipped at its line 7 ("for 1 <= i <= Tr"): the lines of
+// Algorithm 1 (03_fa1_forward.hpp), the skip marked at 7.
+inline constexpr Fa1Lines kFa1Algorithm1SkippingLines{2, 6, 8, 9, 9, 10, 11, 12, 12, 13, 16, 7};
 
 // Tiles equal to the problem's sparsity blocks (the paper's M~ at the granularity Br x Bc), or
 // `fallback` when the problem has no block sparsity.
@@ -41,9 +44,8 @@ inline Fa1Tiling block_sparse_tiling(const Problem& problem, Fa1Tiling fallback 
 
 template <class Memory>
 void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
-                              const HeadTensors& x) {
+                              const HeadTensors& x, const Fa1Lines& line = kFa1Algorithm5Lines) {
   tiling.validate();  // the block sizes Br, Bc (an input of Algorithm 5)
-  const Fa1Lines& line = kFa1Algorithm5Lines;
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   const int row_blocks = (head.seqlen_q + Br - 1) / Br,
             col_blocks = (head.seqlen_k + Bc - 1) / Bc;  // lines 3-4
@@ -85,13 +87,22 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
     Tile k = mem.load(x.K, col_block(j));  // line 6: load K_j, V_j
     Tile v = mem.load(x.V, col_block(j));
     for (int i = 0; i < row_blocks; ++i) {  // line 7: for 1 <= i <= Tr
-      mem.mark_line(8);
+      mem.mark_line(line.skip_test);
       if (!kept[static_cast<std::size_t>(i) * col_blocks + j]) continue;  // line 8: if M~_ij != 0
       fa1_inner_step(mem, head, x, state, k, v, row_block(i), j == last_kept_column[i],
                      line);  // 9-16
     }
   }
   mem.mark_line(line.finish);  // line 20: return O, LSE
+}
+
+// FA1 Algorithm 1 that skips the blocks a causal or window mask hides instead of masking them,
+// as the project's FA1 kernel does (kernels/01_fa1_sm75/forward_kernel.cuh): the loop of
+// Algorithm 5 with M~_ij = "block (i, j) has a visible score". Without a mask (and without block
+// sparsity) it visits every block and counts as fa1_forward.
+template <class Memory>
+void fa1_forward_skipping(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
+  fa1_block_sparse_forward(mem, head, tiling, x, kFa1Algorithm1SkippingLines);
 }
 
 }  // namespace flashlab

@@ -301,6 +301,23 @@ class TileMemory {
   FLASHLAB_HOT_INLINE void store(const HbmMatrix& destination, Range rows, const Tile& tile) {
     store(destination, rows, {0, destination.cols}, tile);
   }
+  // Adds a tile into rows of an HBM tensor without reading it on chip: an atomic add that the
+  // L2 cache performs (a GPU's red/atomicAdd to global memory). Counted as a write of the tile;
+  // the tensor's old values never travel to SRAM.
+  FLASHLAB_HOT_INLINE void atomic_add(const HbmMatrix& destination, Range rows, const Tile& tile) {
+    const Range cols{0, destination.cols};
+    check_window(destination, rows, cols, "atomic_add");
+    require_shape(tile, rows.size, cols.size, "atomic_add");
+    count_hbm(destination, tile.elements(), /*write=*/true);
+    if constexpr (kWithData) {
+      for (int r = 0; r < rows.size; ++r)
+        for (int c = 0; c < cols.size; ++c) {
+          float& value = destination.at(rows.begin + r, cols.begin + c);
+          value = round_to(destination.dtype, value + tile.values(r, c));
+        }
+    }
+    emit_store(destination, rows, cols);
+  }
 
   // --- Tiles made on chip -------------------------------------------------------------------
 
@@ -311,6 +328,14 @@ class TileMemory {
     return tile;
   }
   FLASHLAB_HOT_INLINE Tile zeros(TensorId id, Range rows, Range cols) { return filled(id, rows, cols, 0.0f); }
+  // An fp32 accumulator of zeros, whatever the problem's dtype (a partial sum bound for an fp32
+  // tensor in HBM, e.g. dQ's atomic adds).
+  FLASHLAB_HOT_INLINE Tile fp32_zeros(TensorId id, Range rows, Range cols) {
+    Tile tile(&arena_, id, DType::fp32, rows, cols);
+    if constexpr (kWithData) tile.values.setZero(rows.size, cols.size);
+    emit_compute(tile, "fill");
+    return tile;
+  }
   // A statistics vector (one value per row), e.g. m = -inf, l = 0 (FA1 Algorithm 1, line 2).
   FLASHLAB_HOT_INLINE Tile vector(TensorId id, Range rows, float value) { return filled(id, rows, {0, 1}, value); }
 

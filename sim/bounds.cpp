@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "schedules.hpp"
 
@@ -9,7 +10,7 @@ namespace flashlab::sim {
 
 BoundInputs bound_inputs(const Problem& p, std::int64_t sram_bytes, double sparsity) {
   return {static_cast<double>(p.seqlen_q), static_cast<double>(p.seqlen_k), static_cast<double>(p.head_dim),
-          static_cast<double>(sram_bytes) / element_bytes(p.dtype), sparsity};
+          static_cast<double>(sram_bytes) / element_bytes(p.dtype), sparsity, static_cast<double>(p.value_dim())};
 }
 
 double standard_bound(const BoundInputs& x) { return (x.nq + x.nk) * x.d + x.nq * x.nk; }
@@ -18,25 +19,48 @@ double block_sparse_bound(const BoundInputs& x) { return (x.nq + x.nk) * x.d + x
 double saha_ye_lower_bound(const BoundInputs& x) {
   return std::min(x.nq * x.nk * x.d / std::sqrt(x.m), x.nq * x.nk * x.d * x.d / x.m);
 }
+double compulsory_traffic(const BoundInputs& x) { return x.nq * x.d + x.nk * (x.d + x.value_dim()) + x.nq * x.value_dim(); }
 double memory_efficient_bound(const BoundInputs& x) { return x.nq * x.nk * x.d / std::min(std::sqrt(x.m), x.m / x.d); }
 double square_tiling_bound(const BoundInputs& x) { return x.nq * x.nk * x.d / std::sqrt(x.m) + x.nq * x.nk; }
 
-Bound schedule_bound(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, double sparsity) {
+std::string theorem_range_warning(const Problem& problem, std::int64_t sram_bytes) {
+  const double m = static_cast<double>(sram_bytes) / element_bytes(problem.dtype);
+  const double d = problem.head_dim, n = std::max(problem.seqlen_q, problem.seqlen_k);
+  if (sram_bytes <= 0 || (m >= d && m <= n * d)) return "";
+  std::ostringstream text;
+  text << "M = " << m << " elements is " << (m < d ? "below d = " : "above N d = ") << (m < d ? d : n * d)
+       << ": outside the range d <= M <= N d that FA1 Theorems 2 and 5 and Proposition 3 are proved for";
+  return text.str();
+}
+
+namespace {
+Bound schedule_bound_unchecked(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, double sparsity) {
   const BoundInputs x = bound_inputs(problem, sram_bytes, sparsity);
-  if (schedule == "standard") return {"N d + N^2", "FA1 Theorem 2", standard_bound(x)};
-  if (schedule == "standard_backward") return {"N d + N^2", "FA1 Theorem 5", standard_bound(x)};
-  if (schedule == "fa1" || schedule == "fa2" || schedule == "split_kv") return {"N^2 d^2 / M", "FA1 Theorem 2", flash_bound(x)};
-  if (schedule == "fa1_backward" || schedule == "fa2_backward") return {"N^2 d^2 / M", "FA1 Theorem 5", flash_bound(x)};
-  if (schedule == "block_sparse") return {"N d + N^2 d^2 s / M", "FA1 Proposition 4", block_sparse_bound(x)};
-  if (schedule == "memory_efficient") return {"N^2 d / min(sqrt(M), M / d)", "square chunks (this simulator)", memory_efficient_bound(x)};
-  if (schedule == "square_tiling") return {"N^2 d / sqrt(M) + N^2", "Saha and Ye, Algorithm 1", square_tiling_bound(x)};
+  if (schedule == "standard") return {"N d + N^2", "FA1 Theorem 2", standard_bound(x), {}};
+  if (schedule == "standard_backward") return {"N d + N^2", "FA1 Theorem 5", standard_bound(x), {}};
+  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "fa2" || schedule == "split_kv")
+    return {"N^2 d^2 / M", "FA1 Theorem 2", flash_bound(x), {}};
+  if (schedule == "fa1_backward" || schedule == "fa2_backward" || schedule == "fa2_backward_atomic")
+    return {"N^2 d^2 / M", "FA1 Theorem 5", flash_bound(x), {}};
+  if (schedule == "block_sparse") return {"N d + N^2 d^2 s / M", "FA1 Proposition 4", block_sparse_bound(x), {}};
+  if (schedule == "memory_efficient") return {"N^2 d / min(sqrt(M), M / d)", "square chunks (this simulator)", memory_efficient_bound(x), {}};
+  if (schedule == "square_tiling") return {"N^2 d / sqrt(M) + N^2", "Saha and Ye, Algorithm 1", square_tiling_bound(x), {}};
   find_schedule(schedule);  // throws for an unknown name
   return {};
 }
+}  // namespace
+
+Bound schedule_bound(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, double sparsity) {
+  Bound bound = schedule_bound_unchecked(schedule, problem, sram_bytes, sparsity);
+  if (bound.formula == "N^2 d^2 / M") bound.warning = theorem_range_warning(problem, sram_bytes);
+  return bound;
+}
 
 Bound lower_bound(const Problem& problem, std::int64_t sram_bytes) {
-  return {"min(N^2 d / sqrt(M), N^2 d^2 / M)", "Saha and Ye Theorem 3.1; FA1 Proposition 3",
-          saha_ye_lower_bound(bound_inputs(problem, sram_bytes))};
+  const BoundInputs x = bound_inputs(problem, sram_bytes);
+  return {"max(min(N^2 d / sqrt(M), N^2 d^2 / M), Nq d + Nk (d + dv) + Nq dv)",
+          "Saha and Ye Theorem 3.1; FA1 Proposition 3; compulsory traffic", std::max(saha_ye_lower_bound(x), compulsory_traffic(x)),
+          theorem_range_warning(problem, sram_bytes)};
 }
 
 Exponents theory_exponents(std::string_view schedule, double m_elements, double d) {

@@ -212,7 +212,9 @@ Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
 // D written); per key block with a visible query block: K_j, V_j read once, dK_j, dV_j written
 // once; per visible (j, i): Q_i, dO_i, LSE_i, D_i read and dQ_i (fp32) read and written. A key
 // block no query sees writes dK_j = dV_j = 0 without loading anything.
-Counters fa2_backward_head(const Head& h, const BlockSizes& b) {
+// The atomic variant (fa2_backward_atomic) adds into dQ_i at L2 with atomics: the write stays,
+// the read goes.
+Counters fa2_backward_head(const Head& h, const BlockSizes& b, bool atomic_dq) {
   Counters c;
   dq_initialise_and_convert(c, h, b.block_rows);
   for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
@@ -231,7 +233,7 @@ Counters fa2_backward_head(const Head& h, const BlockSizes& b) {
       add_read(c, TensorId::dO, rows * h.dv, h.e, 1);
       add_read(c, TensorId::LSE, rows, kStatBytes, 1);
       add_read(c, TensorId::D, rows, kStatBytes, 1);
-      add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      if (!atomic_dq) add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
       add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
       add(c.matmul_flops, 2 * rows * cols * (3 * h.d + 2 * h.dv));
       add(c.exponentials, rows * cols);
@@ -273,28 +275,37 @@ Counters standard_backward_head(const Head& h, const BlockSizes& b) {
 // Split-KV decoding (08_split_kv_decode.hpp): C chunks of L = ceil(Nk / splits) keys. Phase 1 is
 // FA2 restricted to each chunk (Q read C times; K, V once per query block over the visible
 // blocks; partial O and LSE written in fp32); phase 2 reads them back once per row and writes
-// O and LSE.
-Counters split_kv_head(const Head& h, const BlockSizes& b) {
+// O and LSE. With GQA/MQA the query heads of a KV head are packed: the K, V reads are those of
+// one head, made once per KV head (part kv_per_kv_head); everything else once per query head
+// (part per_query_head).
+enum class SplitKvPart { per_query_head, kv_per_kv_head };
+Counters split_kv_head(const Head& h, const BlockSizes& b, SplitKvPart part) {
   Counters c;
+  const bool kv = part == SplitKvPart::kv_per_kv_head;
   const Count splits = b.num_splits > 0 ? b.num_splits : 4;
   const Count length = ceil_div(h.nk, splits), chunks = ceil_div(h.nk, length);
   for (Count chunk = 0; chunk < chunks; chunk += 1) {
     const Count begin = chunk * length, end = std::min(h.nk, begin + length);
     for_blocks(h.nq, b.block_rows, [&](Count r0, Count rows) {
-      add_read(c, TensorId::Q, rows * h.d, h.e, 1);
+      if (!kv) add_read(c, TensorId::Q, rows * h.d, h.e, 1);
       for (Count c0 = begin; c0 < end; c0 += b.block_cols) {
         const Count cols = std::min<Count>(b.block_cols, end - c0);
         if (!h.visible(r0, r0 + rows, c0, c0 + cols)) continue;
-        add_read(c, TensorId::K, cols * h.d, h.e, 1);
-        add_read(c, TensorId::V, cols * h.dv, h.e, 1);
-        add(c.matmul_flops, 2 * rows * cols * (h.d + h.dv));
-        add(c.exponentials, rows * cols + rows);
+        if (kv) {
+          add_read(c, TensorId::K, cols * h.d, h.e, 1);
+          add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+        } else {
+          add(c.matmul_flops, 2 * rows * cols * (h.d + h.dv));
+          add(c.exponentials, rows * cols + rows);
+        }
       }
+      if (kv) return;
       add(c.exponentials, rows);
       add_write(c, TensorId::O_partial, rows * h.dv, kStatBytes, 1);
       add_write(c, TensorId::LSE_partial, rows, kStatBytes, 1);
     });
   }
+  if (kv) return c;
   add_read(c, TensorId::LSE_partial, h.nq * chunks, kStatBytes, h.nq);  // phase 2, row by row
   add_read(c, TensorId::O_partial, h.nq * chunks * h.dv, kStatBytes, h.nq);
   add_write(c, TensorId::O, h.nq * h.dv, h.e, h.nq);
@@ -370,12 +381,13 @@ Counters group_reduction(const Head& h, Count group, Count sram_bytes) {
 Counters closed_form_head(std::string_view schedule, const Head& h, const BlockSizes& b) {
   if (schedule == "standard") return standard_head(h, b);
   if (schedule == "fa1") return fa1_head(h, b, false);
-  if (schedule == "block_sparse") return fa1_head(h, b, true);
+  if (schedule == "fa1_skip" || schedule == "block_sparse") return fa1_head(h, b, true);
   if (schedule == "fa2") return fa2_head(h, b);
   if (schedule == "fa1_backward") return fa1_backward_head(h, b);
-  if (schedule == "fa2_backward") return fa2_backward_head(h, b);
+  if (schedule == "fa2_backward") return fa2_backward_head(h, b, false);
+  if (schedule == "fa2_backward_atomic") return fa2_backward_head(h, b, true);
   if (schedule == "standard_backward") return standard_backward_head(h, b);
-  if (schedule == "split_kv") return split_kv_head(h, b);
+  if (schedule == "split_kv") return split_kv_head(h, b, SplitKvPart::per_query_head);  // K, V: closed_form
   if (schedule == "memory_efficient") return memory_efficient_head(h, b);
   if (schedule == "square_tiling") return square_tiling_head(h, b);
   throw std::invalid_argument("schedule '" + std::string(schedule) + "' is unknown; allowed: " + schedule_names());
@@ -392,14 +404,17 @@ Count working_set(std::string_view schedule, const Problem& p, const BlockSizes&
                      2 * e * r * nk + 3 * f * r,       // line 2: whole rows of S and P; m, l, LSE
                      e * (r * dv + r * c + c * dv)});  // line 3: O_i, P_ij, V_j
   }
-  if (schedule == "fa1" || schedule == "block_sparse") {
+  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse") {
     // K_j, V_j; Q_i, S_ij, P~_ij, the product P~ V_j; O_i loaded from its fp32 accumulator;
     // l, m, m~, l~, m_new, l_new, two rescale factors, LSE.
     return e * (c * (d + dv) + r * d + 2 * r * c + r * dv) + f * r * dv + 9 * f * r;
   }
   if (schedule == "fa2" || schedule == "split_kv") {
     // Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l, m_new, rescale, rowsum(P) (FA2 Algorithm 1, lines 4-10).
-    Count bytes = e * (r * d + r * dv + c * d + c * dv + 2 * r * c) + 5 * f * r;
+    // split_kv packs the g query heads of a KV head: g times Q_i, O_i, m, l beside one K_j, V_j
+    // and one head's S, P and update temporaries at a time.
+    const Count g = schedule == "split_kv" ? Count(p.group_size()) : Count(1);
+    Count bytes = e * (g * (r * d + r * dv) + c * d + c * dv + 2 * r * c) + 2 * f * g * r + 3 * f * r;
     if (schedule == "split_kv") {  // phase 2, one row: chunk LSEs, partial outputs (fp32), P, O, statistics
       const Count splits = b.num_splits > 0 ? b.num_splits : 4;
       const Count chunks = ceil_div(nk, ceil_div(nk, splits));
@@ -411,7 +426,7 @@ Count working_set(std::string_view schedule, const Problem& p, const BlockSizes&
     // K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32); S, P, dP, dS; l, m, D.
     return e * (2 * c * (d + dv) + r * d + 2 * r * dv + 4 * r * c) + f * r * d + 3 * f * r;
   }
-  if (schedule == "fa2_backward") {
+  if (schedule == "fa2_backward" || schedule == "fa2_backward_atomic") {  // the atomic's dQ_i: its partial sum
     // K_j, V_j, dK_j, dV_j; Q_i, dO_i; dQ_i (fp32); S, P, dP, dS; LSE, D.
     return e * (2 * c * (d + dv) + r * d + r * dv + 4 * r * c) + f * r * d + 2 * f * r;
   }
@@ -461,9 +476,9 @@ Count scratch_elements(std::string_view schedule, const Head& h, const BlockSize
   if (schedule == "standard") return 2 * scores;                                    // S, P
   if (schedule == "standard_backward") return 4 * scores;                           // P, S, dP, dS
   if (schedule == "square_tiling") return scores;                                   // A
-  if (schedule == "fa1" || schedule == "block_sparse") return h.nq * (h.dv + 2);    // O, l, m
+  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse") return h.nq * (h.dv + 2);  // O, l, m
   if (schedule == "fa1_backward") return h.nq * (h.d + h.dv + 4);                   // dQ; O, l, m
-  if (schedule == "fa2_backward") return h.nq * (h.d + 1);                          // dQ; D
+  if (schedule == "fa2_backward" || schedule == "fa2_backward_atomic") return h.nq * (h.d + 1);  // dQ; D
   if (schedule == "split_kv" || schedule == "memory_efficient") {                   // per-chunk summaries
     const Count chunks = schedule == "split_kv" ? Count(b.num_splits > 0 ? b.num_splits : 4) : ceil_div(h.nk, b.block_cols);
     return h.nq * chunks * (h.dv + 2);
@@ -503,6 +518,7 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
   for (int b = 0; b < sequences; ++b) {
     const Head head(problem, b, backward && group > 1);
     Counters sequence = scaled(closed_form_head(schedule, head, blocks), problem.heads_q);
+    if (schedule == "split_kv") sequence += scaled(split_kv_head(head, blocks, SplitKvPart::kv_per_kv_head), problem.heads_kv);
     if (backward && group > 1) sequence += scaled(group_reduction(head, group, sram_bytes), problem.heads_kv);
     total += scaled(sequence, copies);
   }
@@ -521,8 +537,13 @@ std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem
   return working_set(schedule, problem, blocks).value();
 }
 
-BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes) {
+bool has_paper_block_rule(std::string_view schedule) {
   find_schedule(schedule);
+  return schedule != "standard" && schedule != "standard_backward" && schedule != "memory_efficient";
+}
+
+BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, BlockRule rule) {
+  const bool paper_rule = rule == BlockRule::paper && has_paper_block_rule(schedule);
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
   const std::int64_t m = sram_bytes / element_bytes(problem.dtype);  // M in elements
   const std::int64_t d = problem.head_dim;
@@ -534,12 +555,14 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
   // FA2 swaps the loops, so the roles: Br = ceil(M / 4d), Bc = min(Br, d).
   const auto fa2_shape = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(std::min(b, d)), 0}; };
   const auto square = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(b)}; };
-  if (schedule == "fa1" || schedule == "block_sparse" || schedule == "fa1_backward" || schedule == "fa2_backward") {
+  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse" || schedule == "fa1_backward" ||
+      schedule == "fa2_backward" || schedule == "fa2_backward_atomic") {
+    if (paper_rule) return fa1_shape(paper);
     return largest_fitting(schedule, problem, sram_bytes, paper, fa1_shape);
   }
-  if (schedule == "fa2") return largest_fitting(schedule, problem, sram_bytes, paper, fa2_shape);
-  if (schedule == "split_kv") {
-    return largest_fitting(schedule, problem, sram_bytes, paper, [&](std::int64_t b) { return fa2_shape(b); });
+  if (schedule == "fa2" || schedule == "split_kv") {
+    if (paper_rule) return fa2_shape(paper);
+    return largest_fitting(schedule, problem, sram_bytes, paper, fa2_shape);
   }
   // Standard attention: square blocks up to d (its traffic does not fall with larger ones).
   if (schedule == "standard" || schedule == "standard_backward") {
@@ -550,6 +573,7 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
   // Saha-Ye Algorithm 1: B = floor(sqrt(M / 4)).
   if (schedule == "square_tiling") {
     const auto side = static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(m) / 4.0)));
+    if (paper_rule) return square(std::max<std::int64_t>(side, 1));
     return largest_fitting(schedule, problem, sram_bytes, side, square);
   }
   throw std::invalid_argument("schedule '" + std::string(schedule) + "' has no block-size rule");

@@ -43,6 +43,11 @@ std::int64_t scratch_elements(std::string_view schedule, const Problem& problem,
 // swaps the roles of rows and columns; square tiling: B = floor(sqrt(M / 4)); M in elements),
 // shrunk until working_set_bytes fits in M. Throws std::invalid_argument when even the smallest
 // blocks do not fit (naming M and the smallest working set).
-BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes);
+// With BlockRule::paper, the rule as written, unshrunk (its working set may exceed M); standard
+// and memory_efficient have no paper rule and use the fitting one.
+BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes,
+                         BlockRule rule = BlockRule::fitting);
+// Whether the schedule has a paper rule that BlockRule::paper uses.
+bool has_paper_block_rule(std::string_view schedule);
 
 }  // namespace flashlab::sim

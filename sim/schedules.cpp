@@ -33,6 +33,14 @@ MemoryKind memory_kind_from_string(const std::string& name) {
   throw std::invalid_argument("memory model '" + name + "' is unknown; allowed: data, shape");
 }
 
+const char* to_string(BlockRule rule) { return rule == BlockRule::paper ? "paper" : "fitting"; }
+
+BlockRule block_rule_from_string(const std::string& name) {
+  if (name == "fitting") return BlockRule::fitting;
+  if (name == "paper") return BlockRule::paper;
+  throw std::invalid_argument("block rule '" + name + "' is unknown; allowed: fitting, paper");
+}
+
 namespace {
 
 using HeadCall = ScheduleInfo::HeadCall;
@@ -63,6 +71,15 @@ std::vector<ScheduleInfo> make_registry() {
                         .pass = Pass::forward},
                        [](auto& mem, const HeadCall& call) {
                          fa1_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                       }));
+  list.push_back(entry({.name = "fa1_skip",
+                        .source = "algorithms/09_block_sparse.hpp",
+                        .paper = "FA1 Algorithm 1, hidden blocks skipped (Algorithm 5's loop)",
+                        .description = "FlashAttention forward skipping the blocks a causal or window mask hides, "
+                                       "as the project's FA1 kernel does (fa1 masks them, as the paper writes it)",
+                        .pass = Pass::forward},
+                       [](auto& mem, const HeadCall& call) {
+                         fa1_forward_skipping(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa2",
                         .source = "algorithms/04_fa2_forward.hpp",
@@ -95,22 +112,35 @@ std::vector<ScheduleInfo> make_registry() {
   list.push_back(entry({.name = "fa2_backward",
                         .source = "algorithms/07_fa2_backward.hpp",
                         .paper = "FA2 Algorithm 2",
-                        .description = "FlashAttention-2 backward: D precomputed, masked blocks skipped, P from LSE",
+                        .description = "FlashAttention-2 backward: D precomputed, masked blocks skipped, P from LSE, "
+                                       "dQ read-modify-write in HBM as the paper writes it",
                         .pass = Pass::backward},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
+  list.push_back(entry({.name = "fa2_backward_atomic",
+                        .source = "algorithms/07_fa2_backward.hpp",
+                        .paper = "FA2 Algorithm 2, line 15 with atomic adds",
+                        .description = "FlashAttention-2 backward, dQ added with atomics at L2 (never read), "
+                                       "as the project's FA2 kernel does (fa2_backward: read-modify-write in HBM)",
+                        .pass = Pass::backward},
+                       [](auto& mem, const HeadCall& call) {
+                         fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
+                                      DqUpdate::atomic);
+                       }));
   list.push_back(entry({.name = "split_kv",
                         .source = "algorithms/08_split_kv_decode.hpp",
                         .paper = "Flash-Decoding",
-                        .description = "split-KV decoding: partial O and LSE per KV chunk, then the log-sum-exp combine",
-                        .pass = Pass::decode},
+                        .description = "split-KV decoding: partial O and LSE per KV chunk, then the log-sum-exp combine; "
+                                       "GQA/MQA heads packed (K, V read once per KV head)",
+                        .pass = Pass::decode,
+                        .shares_kv_in_group = true},
                        [](auto& mem, const HeadCall& call) {
                          SplitKvTiling tiling;
                          tiling.block_rows = call.blocks.block_rows;
                          tiling.block_cols = call.blocks.block_cols;
                          tiling.num_splits = call.blocks.num_splits > 0 ? call.blocks.num_splits : tiling.num_splits;
-                         split_kv_forward(mem, call.head, tiling, call.x);
+                         split_kv_forward_group(mem, call.group_heads, tiling, call.group_x);
                        }));
   list.push_back(entry({.name = "block_sparse",
                         .source = "algorithms/09_block_sparse.hpp",
@@ -140,17 +170,26 @@ std::vector<ScheduleInfo> make_registry() {
   return list;
 }
 
+// One memory model for the heads of one call: a single head, or a KV group of a schedule that
+// shares K and V across it.
 template <class Memory>
-Counters run_one_head(const ScheduleInfo& info, const HeadProblem& head, const BlockSizes& blocks,
-                      const HeadTensors& x, const Problem& problem, const RunOptions& options) {
+Counters run_heads(const ScheduleInfo& info, std::span<const HeadProblem> heads, const BlockSizes& blocks,
+                   std::span<const HeadTensors> xs, const Problem& problem, const RunOptions& options) {
   Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-  const HeadCall call{head, blocks, x, Memory::with_data};
+  const HeadCall call{heads.front(), blocks, xs.front(), Memory::with_data, heads, xs};
   if constexpr (Memory::with_data) {
     info.run_data(mem, call);
   } else {
     info.run_shape(mem, call);
   }
   return mem.counters();
+}
+
+template <class Memory>
+Counters run_one_head(const ScheduleInfo& info, const HeadProblem& head, const BlockSizes& blocks,
+                      const HeadTensors& x, const Problem& problem, const RunOptions& options) {
+  return run_heads<Memory>(info, std::span<const HeadProblem>(&head, 1), blocks, std::span<const HeadTensors>(&x, 1), problem,
+                           options);
 }
 
 // Backward passes read O and LSE of the forward pass: computed here by the FA2 forward, not
@@ -182,7 +221,7 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
   if (options.sram_bytes == 0) {
     throw std::invalid_argument("schedule '" + info.name + "': neither block sizes nor an SRAM size M given; allowed: M >= 1 byte or explicit block sizes");
   }
-  BlockSizes derived = derive_blocks(info.name, problem, options.sram_bytes);
+  BlockSizes derived = derive_blocks(info.name, problem, options.sram_bytes, options.block_rule);
   derived.num_splits = options.blocks.num_splits;  // split_kv: a split count may come with derived blocks
   return derived;
 }
@@ -249,11 +288,17 @@ std::int64_t saturated(Bound bound) {
   }
 }
 
+// The query heads of one unit of a run: one, or a KV head's group for backward passes (the dK,
+// dV reduction) and for schedules that share K and V across the group.
+int unit_heads_of(const ScheduleInfo& info, const Problem& problem) {
+  return info.pass == Pass::backward || info.shares_kv_in_group ? problem.group_size() : 1;
+}
+
 RunCost cost_of(const ScheduleInfo& info, const Problem& problem, const RunOptions& options, const BlockSizes& blocks,
                 bool caller_tensors) {
   using Count = CheckedInt64;
   const bool backward = info.pass == Pass::backward;
-  const int unit_heads = backward ? problem.group_size() : 1;
+  const int unit_heads = unit_heads_of(info, problem);
   RunCost cost;
   if (options.memory == MemoryKind::shape && !options.every_head) {
     const std::vector<UnitClass> classes = unit_classes(problem, unit_heads);
@@ -290,6 +335,7 @@ RunCost cost_of(const ScheduleInfo& info, const Problem& problem, const RunOptio
     Count scratch = 0;  // per head, freed after it: the largest sequence's
     for (int b = 0; b < sequences; ++b) {
       Count head_scratch = scratch_elements(info.name, problem, b, blocks);
+      if (info.shares_kv_in_group) head_scratch = head_scratch * unit_heads;  // the group's partials at once
       if (backward && unit_heads > 1) {  // the group's fp32 dK, dV parts
         head_scratch += Count(unit_heads) * problem.seqlen_k_of(b) * (d + dv);
       }
@@ -329,6 +375,16 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
     if constexpr (Memory::with_data) return head_tensors(*tensors, problem, b, h);
     return shape_only_head_tensors(problem, b);  // run_backward.hpp: shapes, no data
   };
+  if (info.shares_kv_in_group) {  // the whole group in one call, on one memory model
+    std::vector<HeadProblem> group_heads;
+    std::vector<HeadTensors> group_x;
+    for (int h = first_head; h < first_head + heads; ++h) {
+      group_heads.push_back(head_problem(problem, b, h));
+      group_x.push_back(views(h));
+    }
+    heads_run += heads;
+    return run_heads<Memory>(info, group_heads, blocks, group_x, problem, options);
+  }
   Counters total;
   HbmScratch group_buffers(Memory::with_data);
   std::vector<HbmMatrix> dk_parts, dv_parts;
@@ -353,16 +409,28 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
   return total;
 }
 
-RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& options,
+RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& given_options,
                    AttentionTensors* tensors) {
   problem.validate();
   RunResult result;
   result.schedule = info.name;
-  result.blocks = resolve_blocks(info, problem, options);
+  result.blocks = resolve_blocks(info, problem, given_options);
+  RunOptions options = given_options;
+  if (given_options.blocks.given()) {
+    result.block_rule = "given";
+  } else if (given_options.block_rule == BlockRule::paper && has_paper_block_rule(info.name)) {
+    // The paper's rule keeps its own accounting (M/4 per Q_i, K_j, V_j, O_i): the arena holds
+    // what the schedule really holds at these blocks, which may exceed M.
+    result.block_rule = "paper";
+    options.sram_bytes = std::max(options.sram_bytes, working_set_bytes(info.name, problem, result.blocks));
+  } else {
+    result.block_rule = "fitting";
+  }
+  result.arena_bytes = options.sram_bytes;
   result.heads_total = static_cast<std::int64_t>(problem.batch) * problem.heads_q;
   const bool backward = info.pass == Pass::backward;
-  // A unit: one query head (forward) or one KV head's group of query heads (backward).
-  const int unit_heads = backward ? problem.group_size() : 1;
+  // A unit: one query head, or one KV head's group of query heads (backward; K/V sharing).
+  const int unit_heads = unit_heads_of(info, problem);
   const int units_per_sequence = problem.heads_q / unit_heads;
   try {
     require_within_limits(info, problem, options, cost_of(info, problem, options, result.blocks, tensors != nullptr));

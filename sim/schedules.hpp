@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,8 +61,20 @@ struct BlockSizes {
   bool operator==(const BlockSizes&) const = default;
 };
 
+// How block sizes are derived from M when none are given (closed_forms.hpp: derive_blocks):
+//   fitting - the paper's shape, shrunk until the schedule's whole working set fits in M;
+//   paper   - the paper's rule as written (FA1 Algorithm 1 line 1: Bc = ceil(M / 4d),
+//             Br = min(Bc, d); FA2 swaps rows and columns; Saha-Ye: B = floor(sqrt(M / 4))),
+//             whose own accounting gives M/4 to each of Q_i, K_j, V_j, O_i and nothing to S, P
+//             or the statistics; the run's arena then grows to the working set it really holds.
+//             Schedules without a paper rule (standard, memory_efficient) use the fitting one.
+enum class BlockRule { fitting, paper };
+const char* to_string(BlockRule rule);
+BlockRule block_rule_from_string(const std::string& name);  // "fitting" or "paper"
+
 struct RunOptions {
   MemoryKind memory = MemoryKind::shape;
+  BlockRule block_rule = BlockRule::fitting;  // derived blocks only
   std::int64_t sram_bytes = 0;   // M in bytes: the arena capacity (0: unbounded; then blocks must be given)
   BlockSizes blocks;             // explicit block sizes; not given: derived from sram_bytes
   TraceSink* trace = nullptr;    // receives the events of every head that is run
@@ -72,6 +85,8 @@ struct RunOptions {
 struct RunResult {
   std::string schedule;
   BlockSizes blocks;                // the block sizes used
+  std::string block_rule;           // how: "given", "fitting" or "paper" (BlockRule)
+  std::int64_t arena_bytes = 0;     // the SRAM arena the run had: M, or the paper rule's working set
   Counters counters;                // summed over every (sequence, head) of the problem
   std::int64_t heads_total = 0;     // (sequence, query head) pairs in the problem
   std::int64_t heads_run = 0;       // of those, actually executed (the rest multiplied)
@@ -88,6 +103,9 @@ struct ScheduleInfo {
   std::string description;  // one line
   Pass pass = Pass::forward;
   bool tiled = true;        // false: block sizes do not change its HBM traffic (standard)
+  // GQA/MQA: the query heads of one KV head run as one unit that reads K and V once (packed
+  // query heads, as decoding kernels do): split_kv. The others read K, V once per query head.
+  bool shares_kv_in_group = false;
 
   // Internal: the schedule for one head, per memory model (set by the registry).
   struct HeadCall;
@@ -100,6 +118,9 @@ struct ScheduleInfo::HeadCall {
   const BlockSizes& blocks;
   const HeadTensors& x;
   bool with_data;
+  // shares_kv_in_group schedules: every query head of the KV group (head, x are the first).
+  std::span<const HeadProblem> group_heads = {};
+  std::span<const HeadTensors> group_x = {};
 };
 
 const std::vector<ScheduleInfo>& schedules();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 
 namespace flashlab::viz {
 
@@ -183,6 +184,19 @@ std::map<std::string, Pseudocode, std::less<>> make_pseudocode() {
                            {7, "for each row tile i and column tile c of the value dim: O_ic = 0"},
                            {8, "  for each column tile j: load A_ij, V_(j,c); O_ic += A_ij V_(j,c)"},
                            {9, "  load l_i; write O_ic / l_i"}}};
+
+  // The variants: one line changes.
+  const auto variant = [&](const std::string& base, std::string title, int number, std::string text) {
+    Pseudocode code = all.at(base);
+    code.title = std::move(title);
+    for (PseudocodeLine& line : code.lines)
+      if (line.number == number) line.text = text;
+    return code;
+  };
+  all["fa1_skip"] = variant("fa1", "FlashAttention forward, hidden blocks skipped (FA1 Algorithm 1, as the FA1 kernel)", 7,
+                            "  for i = 1 .. Tr:   (blocks hidden by the mask are skipped)");
+  all["fa2_backward_atomic"] = variant("fa2_backward", "FlashAttention-2 backward, dQ by atomics (FA2 Algorithm 2, as the FA2 kernel)",
+                                       15, "    dQ_i += tau dS_ij K_j by atomic adds in HBM (dQ_i never read)");
   return all;
 }
 

@@ -201,6 +201,8 @@ class RunResult:
     bound: dict
     machine: Optional[str] = None
     roofline: Optional[dict] = None
+    block_rule: str = "fitting"  # how the blocks came: "given", "fitting" or "paper"
+    arena_bytes: int = 0         # the SRAM arena of the run: M, or the paper rule's working set
 
     def record(self) -> dict:
         """A flat dict (a DataFrame row): the scalar counters, blocks, bound and roofline."""
@@ -233,14 +235,17 @@ def _given_blocks(blocks: Blocks) -> BlockSizes:
 
 
 def run(schedule: str, problem: Problem, *, sram: Optional[Sram] = None, blocks: Blocks = None,
-        machine: Optional[str] = None, memory: str = "shape", seed: int = 1, every_head: bool = False) -> RunResult:
+        machine: Optional[str] = None, memory: str = "shape", seed: int = 1, every_head: bool = False,
+        block_rule: str = "fitting") -> RunResult:
     """Runs a schedule on a problem with a memory model ("shape": shapes only, O(tiles); "data":
     real values) and returns its counters. Block sizes are derived from the SRAM size M unless
-    given (then M only bounds the arena; 0 = unbounded); M defaults to the machine preset's."""
+    given (then M only bounds the arena; 0 = unbounded); M defaults to the machine preset's.
+    block_rule: "fitting" (the paper's shape shrunk until the working set fits M) or "paper" (the
+    paper's rule as written; the arena grows to its working set); the result says which ran."""
     b = _given_blocks(blocks)
     m = _run_sram(sram, b, machine)
     record = _core.run(schedule, problem, memory, m, b, _integer("seed", seed, *_UINT64, storage=_UINT64),
-                       bool(every_head), machine or "", MACHINES_DIR)
+                       bool(every_head), machine or "", MACHINES_DIR, str(block_rule))
     return RunResult(**record)
 
 
@@ -401,18 +406,19 @@ def working_set_bytes(schedule: str, problem: Problem, blocks: Blocks) -> int:
 
 def bound(schedule: str, problem: Problem, sram: Sram, sparsity: float = 1.0) -> dict:
     """The bound the schedule's count is held against, per (sequence, head): {formula, source,
-    elements}."""
+    elements}, and warning when M is outside the range d <= M <= N d the bound is proved for."""
     return _core.schedule_bound(schedule, problem, sram_bytes(sram), _number("sparsity", sparsity))
 
 
 def lower_bound(problem: Problem, sram: Sram) -> dict:
-    """Saha and Ye's lower bound (FA1 Proposition 3 for M >= d^2), per (sequence, head)."""
+    """Saha and Ye's lower bound (FA1 Proposition 3 for M >= d^2), per (sequence, head), never below
+    the compulsory traffic (Q, K, V read once, O written once); warning outside d <= M <= N d."""
     return _core.lower_bound(problem, sram_bytes(sram))
 
 
 def bound_formulas(problem: Problem, sram: Sram, sparsity: float = 1.0) -> dict:
     """Every bound formula of sim/bounds.hpp at this problem and M, in elements per head:
-    standard, flash, block_sparse, saha_ye_lower, memory_efficient, square_tiling."""
+    standard, flash, block_sparse, saha_ye_lower, compulsory, memory_efficient, square_tiling."""
     return _core.bound_formulas(problem, sram_bytes(sram), _number("sparsity", sparsity))
 
 

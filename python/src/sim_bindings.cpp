@@ -47,7 +47,9 @@ const char* to_string(CausalAlignment alignment) {
 }
 
 json to_json(const Bound& bound) {
-  return {{"formula", bound.formula}, {"source", bound.source}, {"elements", bound.elements}};
+  json record{{"formula", bound.formula}, {"source", bound.source}, {"elements", bound.elements}};
+  if (!bound.warning.empty()) record["warning"] = bound.warning;  // M outside the theorem's d <= M <= N d
+  return record;
 }
 
 // A machine preset by key (among the directory's) or path; none for an empty key.
@@ -72,7 +74,7 @@ json run_json(const std::string& schedule, const Problem& problem, const RunOpti
   const double heads = static_cast<double>(problem.batch) * problem.heads_q;
   Bound bound = schedule_bound(schedule, problem, options.sram_bytes);
   bound.elements *= heads;
-  const Counters expected = closed_form(schedule, problem, result.blocks, options.sram_bytes);
+  const Counters expected = closed_form(schedule, problem, result.blocks, result.arena_bytes);
   json record{{"schedule", schedule},
               {"memory", sim::to_string(options.memory)},
               {"sram_bytes", options.sram_bytes},
@@ -84,7 +86,9 @@ json run_json(const std::string& schedule, const Problem& problem, const RunOpti
               {"closed_form_equal", expected.tensor == result.counters.tensor},
               {"bound", to_json(bound)},
               {"machine", nullptr},
-              {"roofline", nullptr}};
+              {"roofline", nullptr},
+              {"block_rule", result.block_rule},
+              {"arena_bytes", result.arena_bytes}};
   if (machine) {
     record["machine"] = machine->key;
     record["roofline"] = sim::to_json(roofline(result.counters, *machine));
@@ -196,6 +200,7 @@ void bind_bounds(nb::module_& m) {
     d["flash"] = flash_bound(x);
     d["block_sparse"] = block_sparse_bound(x);
     d["saha_ye_lower"] = saha_ye_lower_bound(x);
+    d["compulsory"] = compulsory_traffic(x);
     d["memory_efficient"] = memory_efficient_bound(x);
     d["square_tiling"] = square_tiling_bound(x);
     return d;
@@ -288,9 +293,10 @@ void bind_sim(nb::module_& m) {
 
   m.def("run", [](const std::string& schedule, const Problem& problem, const std::string& memory, std::int64_t sram_bytes,
                   const BlockSizes& blocks, std::uint64_t seed, bool every_head, const std::string& machine_key,
-                  const std::string& machines_dir) {
+                  const std::string& machines_dir, const std::string& block_rule) {
     const std::optional<Machine> machine = optional_machine(machine_key, machines_dir);
-    const RunOptions options = run_options(memory, sram_bytes, blocks, seed, every_head);
+    RunOptions options = run_options(memory, sram_bytes, blocks, seed, every_head);
+    options.block_rule = block_rule_from_string(block_rule);
     json record;
     {
       nb::gil_scoped_release release;
@@ -298,7 +304,7 @@ void bind_sim(nb::module_& m) {
     }
     return to_python(record);
   }, nb::arg("schedule"), nb::arg("problem"), nb::arg("memory"), nb::arg("sram_bytes"), nb::arg("blocks"), nb::arg("seed"),
-     nb::arg("every_head"), nb::arg("machine"), nb::arg("machines_dir"));
+     nb::arg("every_head"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("block_rule") = "fitting");
 
   m.def("check", [](const std::string& schedule, const Problem& problem, std::int64_t sram_bytes, std::uint64_t seed) {
     json record;

@@ -71,3 +71,37 @@ def test_derived_blocks_fit_their_sram():
 def test_version_is_the_cmake_project_version():
     cmake = (ROOT / "CMakeLists.txt").read_text()
     assert flashlab.__version__ == re.search(r"project\(FlashLab VERSION ([0-9.]+)", cmake).group(1)
+
+
+def test_lower_bound_clamped_to_compulsory_traffic_and_range_warned():
+    n, d = 1024, 64
+    p = sim.problem(seqlen_q=n, head_dim=d, dtype="bf16")
+    large = 2 * n * d * 2  # M = 2 N d elements of bf16: N^2 d^2 / M = N d / 2
+    low = sim.lower_bound(p, large)
+    assert low["elements"] == 4 * n * d  # Q, K, V read, O written
+    assert "above N d" in low["warning"]
+    assert "warning" in sim.bound("fa2", p, large)
+    assert "warning" not in sim.lower_bound(p, 96 * 1024)
+    assert sim.lower_bound(p, 16 * 1024)["elements"] == n * n * d * d / 8192
+    assert sim.bound_formulas(p, large)["compulsory"] == 4 * n * d
+
+
+def test_split_kv_reads_an_mqa_cache_once():
+    # 32 query heads, 1 KV head, 32K keys, d 128, bf16: K and V of the one KV head are 16 777 216 B.
+    p = sim.problem(seqlen_q=1, seqlen_k=32768, head_dim=128, heads_q=32, heads_kv=1, dtype="bf16")
+    tensors = sim.run("split_kv", p, sram="228K").counters["tensors"]
+    assert tensors["K"]["read_bytes"] + tensors["V"]["read_bytes"] == 2 * 32768 * 128 * 2
+
+
+def test_block_rule_paper_or_fitting_and_the_run_says_which():
+    # FA1, d 128, M 228 KB, bf16: the paper's 128 x 228 (Bc = ceil(116736 / 512)), or 114 x 114 fitted.
+    p = sim.problem(seqlen_q=2048, head_dim=128, dtype="bf16")
+    fitting = sim.run("fa1", p, sram="228K")
+    paper = sim.run("fa1", p, sram="228K", block_rule="paper")
+    assert fitting.block_rule == "fitting" and paper.block_rule == "paper"
+    assert (paper.blocks["block_rows"], paper.blocks["block_cols"]) == (128, 228)
+    assert (fitting.blocks["block_rows"], fitting.blocks["block_cols"]) == (114, 114)
+    assert paper.arena_bytes == 369152 and fitting.arena_bytes == 228 * 1024
+    assert paper.closed_form_equal
+    with pytest.raises(ValueError):
+        sim.run("fa1", p, sram="228K", block_rule="square")

@@ -82,7 +82,7 @@ def test_check_against_the_oracle():
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda p: sim.run("fa9", p, sram="96K"), ValueError, "schedule 'fa9' is unknown; allowed: standard, fa1, fa2"),
+    (lambda p: sim.run("fa9", p, sram="96K"), ValueError, "schedule 'fa9' is unknown; allowed: standard, fa1, fa1_skip, fa2"),
     (lambda p: sim.run("fa2", p), ValueError, "sram: give the SRAM size"),
     (lambda p: sim.run("fa2", p, sram=-1), ValueError, "sram = -1 is out of range; allowed: [0, 1099511627776]"),
     (lambda p: sim.run("fa2", p, sram="12Q"), ValueError, "sram: size '12Q' is not understood"),

@@ -107,6 +107,7 @@ struct ProblemOptions {
   std::string sram;      // "228K"
   std::string machine;   // preset key or path
   int block_rows = 0, block_cols = 0, splits = 0;
+  std::string block_rule = "fitting";  // derived blocks: "fitting" or "paper"
 
   void add_to(CLI::App& app) {
     add_decimal_option(app, "--batch", batch, "batch size", 1, kMaxBatch);
@@ -129,6 +130,9 @@ struct ProblemOptions {
                        kMaxSequenceLength);
     add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (keys per block; 0: derived)", 0, kMaxSequenceLength);
     add_decimal_option(app, "--splits", splits, "split_kv: number of KV chunks (0: 4)", 0, kMaxSequenceLength);
+    app.add_option("--block-rule", block_rule,
+                   "derived blocks: fitting (the paper's shape shrunk to fit M; default) or paper (the paper's rule "
+                   "as written, M/4 per Q, K, V, O tile; the arena grows to its working set)");
   }
 
   Problem problem(const Machine* preset, bool dtype_given) const {
@@ -158,6 +162,11 @@ struct ProblemOptions {
     }
     if (splits < 0) throw BadInput("--splits = " + std::to_string(splits) + "; allowed: >= 1 (0: 4)");
     options.blocks.num_splits = splits;  // kept by the registry when the block sizes are derived
+    try {
+      options.block_rule = block_rule_from_string(block_rule);
+    } catch (const std::invalid_argument& error) {
+      throw BadInput(std::string("--block-rule: ") + error.what());
+    }
     return options;
   }
 };
@@ -188,9 +197,13 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   std::cout << "SRAM M = " << options.sram_bytes << " B (" << options.sram_bytes / element_bytes(problem.dtype)
             << " elements); blocks Br " << result.blocks.block_rows << ", Bc " << result.blocks.block_cols << "; "
             << to_string(options.memory) << " model, " << result.heads_run << " of " << result.heads_total
-            << " heads run, " << std::setprecision(3) << seconds << " s\n\n";
+            << " heads run, " << std::setprecision(3) << seconds << " s\n";
+  std::cout << "block rule      " << result.block_rule
+            << (result.arena_bytes != options.sram_bytes ? "; arena grown to its working set, " + std::to_string(result.arena_bytes) + " B"
+                                                          : "")
+            << "\n\n";
   print_counters(std::cout, result.counters);
-  const Counters expected = closed_form(schedule, problem, result.blocks, options.sram_bytes);
+  const Counters expected = closed_form(schedule, problem, result.blocks, result.arena_bytes);
   const bool exact = expected.tensor == result.counters.tensor;
   std::cout << "closed form     " << human_bytes(static_cast<double>(expected.hbm_bytes()))
             << (exact ? " (equal, per tensor)" : " (DIFFERS)") << "\n";
@@ -199,10 +212,13 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   std::cout << "bound           " << bound.formula << " (" << bound.source << ") = " << std::setprecision(4)
             << bound.elements * heads << " elements; counted / bound = "
             << static_cast<double>(hbm_elements(result.counters)) / (bound.elements * heads) << "\n";
+  if (!bound.warning.empty()) std::cerr << "warning: " << bound.warning << "\n";
   nlohmann::json json{{"format", "flashlab-run"}, {"version", 1}, {"command", command}, {"schedule", schedule},
                       {"blocks", to_json(result.blocks)}, {"sram_bytes", options.sram_bytes},
                       {"memory", to_string(options.memory)}, {"counters", to_json(result.counters)},
-                      {"closed_form_equal", exact}, {"seconds", seconds}};
+                      {"closed_form_equal", exact}, {"seconds", seconds}, {"block_rule", result.block_rule},
+                      {"arena_bytes", result.arena_bytes}};
+  if (!bound.warning.empty()) json["bound_warning"] = bound.warning;
   if (machine) {
     const Roofline r = roofline(result.counters, *machine);
     std::cout << "roofline        " << std::setprecision(3) << r.seconds * 1e3 << " ms on " << machine->key << ", bound by "

@@ -160,11 +160,11 @@ TEST_CASE("split-KV decoding counts one pass over K and V plus the partials", "[
   RunOptions options;
   options.blocks = {64, 64, splits};
   const Counters c = run_schedule("split_kv", problem, options).counters;
-  const std::int64_t heads = 8, nk = 1000, d = 64;
+  const std::int64_t heads = 8, kv_heads = 2, nk = 1000, d = 64;
   const std::int64_t chunks = (nk + (nk + splits - 1) / splits - 1) / ((nk + splits - 1) / splits);
   INFO("splits " << splits << ", chunks " << chunks);
-  CHECK(c[TensorId::K].hbm_read_elements == heads * nk * d);  // every key once per query head
-  CHECK(c[TensorId::V].hbm_read_elements == heads * nk * d);
+  CHECK(c[TensorId::K].hbm_read_elements == kv_heads * nk * d);  // every key once per KV head (packed GQA)
+  CHECK(c[TensorId::V].hbm_read_elements == kv_heads * nk * d);
   CHECK(c[TensorId::Q].hbm_read_elements == heads * chunks * d);  // once per chunk
   CHECK(c[TensorId::O_partial].hbm_write_elements == heads * chunks * d);
   CHECK(c[TensorId::O_partial].hbm_read_elements == heads * chunks * d);
@@ -229,4 +229,54 @@ TEST_CASE("bounds: Saha-Ye's lower bound turns at M = d^2 and never exceeds the 
   CHECK(fa.n == 2);
   CHECK(fa.m == -1);
   CHECK(fa.d == 2);
+}
+
+TEST_CASE("split-KV decoding reads an MQA or GQA cache once per KV head, not once per query head",
+          "[sim][theory][split_kv][gqa]") {
+  // Decoding one token with 32 query heads against a 32K-token cache, d = 128, bf16. One KV head's
+  // K and V are 2 x 32768 x 128 x 2 B = 16 777 216 B (16.8 MB); the query heads of a group are
+  // packed, so the cache is read once per KV head: 1, 8 or 32 times that.
+  const int kv_heads = GENERATE(1, 8, 32);
+  Problem problem;
+  problem.seqlen_q = 1;
+  problem.seqlen_k = 32768;
+  problem.head_dim = 128;
+  problem.heads_q = 32;
+  problem.heads_kv = kv_heads;
+  problem.dtype = DType::bf16;
+  RunOptions options;
+  options.sram_bytes = 228 * 1024;
+  options.blocks.num_splits = 8;
+  const Counters c = run_schedule("split_kv", problem, options).counters;
+  const std::int64_t one_cache = 2LL * 32768 * 128 * 2;
+  INFO("KV heads " << kv_heads);
+  CHECK(c[TensorId::K].hbm_read_bytes + c[TensorId::V].hbm_read_bytes == kv_heads * one_cache);
+  CHECK(c[TensorId::Q].hbm_read_elements == 32LL * 8 * 128);  // every query head, once per chunk
+  CHECK(c[TensorId::O].hbm_write_elements == 32LL * 128);
+}
+
+TEST_CASE("packed split-KV heads give FA2's output and hold the group's tiles in SRAM", "[sim][split_kv][gqa]") {
+  Problem problem;
+  problem.batch = 2;
+  problem.seqlen_q = 64;
+  problem.seqlen_k = 256;
+  problem.head_dim = 32;
+  problem.heads_q = 6;
+  problem.heads_kv = 2;  // groups of g = 3
+  problem.mask.causal = true;
+  problem.alibi_slopes = {0.5f, 0.0f, 0.25f, 0.125f, 0.0f, 1.0f};  // the heads of a group differ
+  RunOptions options;
+  options.memory = MemoryKind::data;
+  options.blocks = {32, 64, 4};
+  const RunResult packed = run_schedule("split_kv", problem, options);
+  const RunResult fa2 = run_schedule("fa2", problem, options);
+  REQUIRE(packed.tensors.O.values.size() == fa2.tensors.O.values.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < fa2.tensors.O.values.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::abs(packed.tensors.O.values[i] - fa2.tensors.O.values[i])));
+  CHECK(worst < 1e-5);
+  // Peak (fp32, e = f = 4, r = 32, c = 64, d = dv = 32, g = 3): the group's Q_i, O_i (g r (d + dv)),
+  // its m, l (2 g r), one K_j, V_j (c (d + dv)), one S, P (2 r c), one update's m_new, rescale,
+  // rowsum (3 r): 4 (6144 + 192 + 4096 + 4096 + 96) = 58 496 B.
+  CHECK(packed.counters.sram_peak_bytes == 4 * (3 * 32 * 64 + 2 * 3 * 32 + 64 * 64 + 2 * 32 * 64 + 3 * 32));
 }
