@@ -99,6 +99,15 @@ struct Fa3Steps {
 // {0,0,0}, {1,0,0}, {1,1,1} and {0,1,0} (ping_pong, intra_warpgroup_overlap, persistent).
 void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa3Steps& steps);
 
+// Generation 3 backward (kernels/03_fa3_sm90/backward_*): FA2 Algorithm 2 with FA3's structure: a
+// TMA producer warp, a dQ writer warp adding dQ by bulk reductions, two consumer warpgroups on
+// wgmma with S and dP transposed and dK, dV in registers. bf16 and fp16, head_dim multiples of 8
+// up to 128 (instances for 64 and 128), causal (both alignments), sliding windows, GQA/MQA (dK,
+// dV of a group summed in registers), varlen, the deterministic mode. Compute capability exactly
+// 9.0 and a build with sm_90a code. Workspace: fa3_backward_workspace_bytes.
+void fa3_backward(const Problem& problem, const BackwardArgs& args);
+std::size_t fa3_backward_workspace_bytes(const Problem& problem, bool deterministic);
+
 // ---------------------------------------------------------------------------------------------
 // Checks shared by the rungs (kernels/attention_api.cpp). Each throws std::invalid_argument
 // naming the input and the allowed range. Every rung runs the checks that need no device first

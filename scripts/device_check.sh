@@ -51,9 +51,9 @@ step_tests() {
   grep -E "FAILED|REFUSED" "$OUT/tests.log" | head -20
 }
 step_tests_sm90() {
-  # The Hopper rung alone: its primitives, then the FA3 forward grid, each under a time limit.
+  # The Hopper rung alone: its primitives, then the FA3 forward and backward grids, each under a time limit.
   start=$(date +%s)
-  (cd $BUILD && ctest -L gpu -R "sm90_primitives|fa3_forward" --output-on-failure --timeout 300) >"$OUT/tests_sm90.log" 2>&1 || status=1
+  (cd $BUILD && ctest -L gpu -R "sm90_primitives|fa3_forward|fa3_backward" --output-on-failure --timeout 300) >"$OUT/tests_sm90.log" 2>&1 || status=1
   echo "sm90 tests: status $status in $(( $(date +%s) - start )) s"
   grep -E "tests passed|Passed|Failed|\*\*\*|Timeout" "$OUT/tests_sm90.log" | head -20
   grep -E -B2 -A12 "FAILED|REFUSED" "$OUT/tests_sm90.log" | head -60
@@ -63,7 +63,8 @@ step_ptxas() {
   # serialised or setmaxnreg ignored (C7508, C7511, C7513, C7515, C7519); and HGMMA in the SASS.
   local log=$OUT/ptxas.log bad=0
   : >"$log"
-  for source in kernels/03_fa3_sm90/forward_instances/*.cu kernels/03_fa3_sm90/gemm_host.cu; do
+  for source in kernels/03_fa3_sm90/forward_instances/*.cu kernels/03_fa3_sm90/backward_instances/*.cu \
+    kernels/03_fa3_sm90/gemm_host.cu; do
     nvcc -std=c++20 -O3 --use_fast_math -DFLASHLAB_HAVE_SM90A -gencode=arch=compute_90a,code=sm_90a -I. \
       -I/usr/include/eigen3 -Xptxas -v -c "$source" -o /tmp/ptxas_check.o >>"$log" 2>&1 || bad=1
     echo "$source: $(cuobjdump --dump-sass /tmp/ptxas_check.o | grep -c HGMMA) HGMMA instructions" | tee -a "$log"

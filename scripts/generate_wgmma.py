@@ -2,7 +2,8 @@
 """Writes kernels/common/sm90_wgmma_instructions.inc: one wgmma.mma_async per (element type, N)
 for the shapes m64nNk16, N = 16, 32, ..., 256, in both operand forms of the PTX ISA:
 
-  ss: A and B from shared memory (two matrix descriptors),
+  ss: A and B from shared memory (two matrix descriptors); A K-major, or MN-major with
+      kTransposeA = 1 (the backward's dQ = dS K reads dS from its transposed tile),
   rs: A from registers (four 32-bit registers of 16-bit pairs, the mma.m16n8k16 A layout per
       warp), B from shared memory.
 
@@ -29,8 +30,8 @@ def instruction(ptx_type, n, form):
     if form == "ss":
         a, after_a = f"%{regs}", regs + 1
         b, flag = f"%{after_a}", after_a + 1
-        tail = f"p, 1, 1, 0, %{flag + 1}"
-        inputs = '"l"(a), "l"(b), "r"(accumulate), "n"(kTransposeB)'
+        tail = f"p, 1, 1, %{flag + 1}, %{flag + 2}"
+        inputs = '"l"(a), "l"(b), "r"(accumulate), "n"(kTransposeA), "n"(kTransposeB)'
         signature = "std::uint64_t a, std::uint64_t b"
     else:
         a, after_a = "{" + operand_list(regs, 4) + "}", regs + 4
@@ -46,7 +47,8 @@ def instruction(ptx_type, n, form):
             f'        : {outputs(regs)}\n'
             f'        : {inputs}\n'
             f'        : "memory");\n')
-    return (f"  template <int kTransposeB>\n"
+    template = "template <int kTransposeB, int kTransposeA = 0>" if form == "ss" else "template <int kTransposeB>"
+    return (f"  {template}\n"
             f"  static __device__ __forceinline__ void {form}(float (&d)[{regs}], {signature}, int accumulate) {{\n"
             f"{body}  }}\n")
 

@@ -33,20 +33,6 @@ void dispatch(int padded, const fa3::ForwardParams& params, const Fa3Steps& step
 }
 #endif
 
-// Q, K, V or O as a 4-D TMA tensor (column, row, head, batch); varlen: one batch of packed rows.
-TmaTensor tma_tensor(const DeviceTensor& tensor, const Problem& problem, int heads, bool query_side) {
-  TmaTensor t;
-  t.base = tensor.data;
-  t.columns = problem.head_dim;
-  t.rows = problem.varlen() ? (query_side ? problem.total_rows_q() : problem.total_rows_k())
-                            : (query_side ? problem.seqlen_q : problem.seqlen_k);
-  t.heads = heads;
-  t.batches = problem.varlen() ? 1 : problem.batch;
-  t.row_stride = tensor.row_stride, t.head_stride = tensor.head_stride;
-  t.batch_stride = problem.varlen() ? 0 : tensor.batch_stride;
-  return t;
-}
-
 // The step sets forward_launch.cuh instantiates: the default everywhere, the ablation's four
 // others at head_dim 128 in bf16 (its launch refuses any other set too, as a backstop).
 bool steps_instantiated(int padded_head_dim, DType dtype, const Fa3Steps& steps) {
@@ -103,7 +89,8 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
                      {&args.v, problem.heads_kv, false, "fa3_forward: v"},
                      {&args.o, problem.heads_q, true, "fa3_forward: o"}};
   for (const auto& entry : tma_tensors) {
-    require_tma_tensor(tma_tensor(*entry.tensor, problem, entry.heads, entry.query_side), problem.dtype, entry.name);
+    require_tma_tensor(attention_tma_tensor(*entry.tensor, problem, entry.heads, entry.query_side), problem.dtype,
+                       entry.name);
   }
 #ifndef FLASHLAB_HAVE_SM90A
   refuse("this build has no sm_90a code; allowed: a build whose CMAKE_CUDA_ARCHITECTURES include 90a");
@@ -112,12 +99,12 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
 
   fa3::ForwardParams params{};
   static_cast<AttentionParams&>(params) = make_attention_params(problem, args);
-  params.q_map = make_tma_map(tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: q");
-  params.k_map = make_tma_map(tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
+  params.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: q");
+  params.k_map = make_tma_map(attention_tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
                               "fa3_forward: k");
-  params.v_map = make_tma_map(tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
+  params.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
                               "fa3_forward: v");
-  params.o_map = make_tma_map(tma_tensor(args.o, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: o");
+  params.o_map = make_tma_map(attention_tma_tensor(args.o, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: o");
   params.order.m_blocks = static_cast<int>(m_blocks);
   params.order.heads_q = problem.heads_q, params.order.batch = problem.batch;
   params.order.heaviest_first = problem.mask.causal ? 1 : 0;

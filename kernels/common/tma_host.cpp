@@ -86,4 +86,17 @@ CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, 
   return map;
 }
 
+TmaTensor attention_tma_tensor(const DeviceTensor& tensor, const Problem& problem, int heads, bool query_side) {
+  TmaTensor t;
+  t.base = tensor.data;
+  t.columns = problem.head_dim;
+  t.rows = problem.varlen() ? (query_side ? problem.total_rows_q() : problem.total_rows_k())
+                            : (query_side ? problem.seqlen_q : problem.seqlen_k);
+  t.heads = heads;
+  t.batches = problem.varlen() ? 1 : problem.batch;
+  t.row_stride = tensor.row_stride, t.head_stride = tensor.head_stride;
+  t.batch_stride = problem.varlen() ? 0 : tensor.batch_stride;
+  return t;
+}
+
 }  // namespace flashlab::kernels

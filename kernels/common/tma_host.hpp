@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "algorithms/problem.hpp"
+#include "kernels/common/device_tensor.hpp"
 
 namespace flashlab::kernels {
 
@@ -18,6 +19,11 @@ struct TmaTensor {
   std::int64_t columns = 0, rows = 0, heads = 0, batches = 0;
   std::int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
 };
+
+// Q, K, V, O (or their gradients) of an attention problem as a 4-D TMA tensor (column, row, head,
+// batch): query_side tensors have seqlen_q rows, the others seqlen_k; varlen problems are one
+// batch of packed rows.
+TmaTensor attention_tma_tensor(const DeviceTensor& tensor, const Problem& problem, int heads, bool query_side);
 
 // TMA's rules on a tensor, checked without a device: 16-byte aligned base, strides non-negative
 // multiples of 16 bytes below 2^40 bytes, extents in [1, 2^32] (cuTensorMapEncodeTiled's limits).

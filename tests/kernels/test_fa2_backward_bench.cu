@@ -1,7 +1,9 @@
-// Timing of the FA2 backward kernel (kernels/02_fa2_sm80/backward_*) on random bf16 data, in the
+// Timing of the FA2 backward kernel (kernels/02_fa2_sm80/backward_*), or with --generation 3 the
+// FA3 backward (kernels/03_fa3_sm90/backward_*), on random bf16 data, in the
 // flash-attention FLOP convention (backward = 2.5 x forward = 2.5 x 4 b h s^2 d, halved when
 // causal). Medians of CUDA-event timings after a warm-up. Usage:
-//   test_fa2_backward_bench [total_tokens=16384] [--deterministic] [--seqlens 512,2048,...] [--hdims 64,128]
+//   test_fa2_backward_bench [total_tokens=16384] [--deterministic] [--generation 2|3] [--seqlens 512,2048,...]
+//                           [--hdims 64,128]
 // prints one line per (head_dim, causal, seqlen).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -56,11 +58,18 @@ int main(int argc, char** argv) {
   }
   int total_tokens = 16384;
   bool deterministic = false;
+  int generation = 2;
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> head_dims = {64, 128};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--deterministic") == 0) {
       deterministic = true;
+    } else if (std::strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
+      generation = std::atoi(argv[++i]);
+      if (generation != 2 && generation != 3) {
+        std::fprintf(stderr, "--generation = %d; allowed: 2 or 3\n", generation);
+        return 2;
+      }
     } else if (std::strcmp(argv[i], "--hdims") == 0 && i + 1 < argc) {
       head_dims.clear();
       for (const char* text = argv[++i]; *text != 0;) {
@@ -111,17 +120,19 @@ int main(int argc, char** argv) {
         args.dv = kernels::flash_layout(buffers[7], problem, problem.heads_kv, head_dim, false);
         args.lse = kernels::flash_layout(lse, problem, problem.heads_q, 1, true);
         args.deterministic = deterministic;
-        const std::size_t workspace_bytes = kernels::fa2_backward_workspace_bytes(problem, deterministic);
+        const auto backward = generation == 3 ? kernels::fa3_backward : kernels::fa2_backward;
+        const std::size_t workspace_bytes = generation == 3 ? kernels::fa3_backward_workspace_bytes(problem, deterministic)
+                                                            : kernels::fa2_backward_workspace_bytes(problem, deterministic);
         ok(cudaMalloc(&args.workspace, workspace_bytes), "cudaMalloc workspace");
         args.workspace_bytes = workspace_bytes;
-        for (int i = 0; i < 3; ++i) kernels::fa2_backward(problem, args);
+        for (int i = 0; i < 3; ++i) backward(problem, args);
         ok(cudaDeviceSynchronize(), "warm-up");
         std::vector<float> times;
         cudaEvent_t start, stop;
         cudaEventCreate(&start), cudaEventCreate(&stop);
         for (int i = 0; i < 15; ++i) {
           cudaEventRecord(start);
-          kernels::fa2_backward(problem, args);
+          backward(problem, args);
           cudaEventRecord(stop);
           ok(cudaEventSynchronize(stop), "timed run");
           float ms = 0;

@@ -1,0 +1,168 @@
+// FA3-generation backward: the host side. Checks what the kernel can do (refusing any device that
+// is not compute capability 9.0), lays out the workspace, describes Q, K, V and dO to TMA, fills
+// the parameters and dispatches to the instance for the padded head dim and the dtype. The
+// kernels are in backward_kernel.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include "algorithms/checked_math.hpp"
+#include "kernels/03_fa3_sm90/backward_kernel.cuh"
+#include "kernels/attention_api.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/common/dispatch.hpp"
+#include "kernels/common/tma_host.hpp"
+
+namespace flashlab::kernels {
+
+namespace {
+
+constexpr const char* kName = "fa3_backward";
+constexpr int kMaxHeadDim = fa3::kBackwardHeadDims[std::size(fa3::kBackwardHeadDims) - 1];
+
+[[noreturn]] void refuse(const std::string& message) { throw std::invalid_argument(std::string(kName) + ": " + message); }
+
+struct WorkspaceLayout {
+  std::size_t delta_offset, dq_offset, counters_offset, total;
+  std::int64_t dq_rows;  // rows per head of the dQ accumulator
+  int query_blocks;      // ceil(seqlen_q / kBlockM): the deterministic counters per (batch, head)
+};
+
+// LSE in base 2 and D ([heads_q][rows] floats each), the fp32 dQ accumulator ([heads_q][dq_rows]
+// [padded head dim], each sequence padded by fa2::kDqRowPadding rows so its last query block's
+// tile fits), the deterministic counters. Checked arithmetic: a layout past int64 is refused.
+WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
+  using Count = CheckedInt64;
+  auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
+  const int padded = fa3::backward_padded_head_dim(problem.head_dim);
+  int block_m = 0;
+  dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() { block_m = fa3::BackwardTiling<kHeadDim>::kBlockM; });
+  const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
+  const Count delta_offset = align(rows * heads * float_bytes);
+  const Count dq_offset = delta_offset + align(rows * heads * float_bytes);
+  const Count dq_rows = rows + Count(fa2::kDqRowPadding) * problem.batch;
+  const Count counters_offset = dq_offset + align(dq_rows * heads * Count(padded) * float_bytes);
+  const Count query_blocks = (Count(problem.seqlen_q) + block_m - 1) / block_m;
+  const Count counters = deterministic ? Count(problem.batch) * heads * query_blocks : Count(0);
+  const Count total = counters_offset + align(counters * static_cast<std::int64_t>(sizeof(int)));
+  WorkspaceLayout layout{};
+  layout.delta_offset = checked_size(delta_offset.value(), "fa3_backward: workspace offset");
+  layout.dq_offset = checked_size(dq_offset.value(), "fa3_backward: workspace offset");
+  layout.counters_offset = checked_size(counters_offset.value(), "fa3_backward: workspace offset");
+  layout.total = checked_size(total.value(), "fa3_backward: workspace bytes");
+  layout.dq_rows = dq_rows.value();
+  layout.query_blocks = static_cast<int>(query_blocks.value());
+  return layout;
+}
+
+#ifdef FLASHLAB_HAVE_SM90A
+template <typename T>
+void dispatch(int padded, const fa3::BackwardParams& params, cudaStream_t stream) {
+  const bool launched = dispatch_head_dim<fa3::kBackwardHeadDims>(
+      padded, [&]<int kHeadDim>() { fa3::launch_fa3_backward<T, kHeadDim>(params, stream); });
+  if (!launched) throw std::logic_error("fa3_backward: no instance for padded head dim " + std::to_string(padded));
+}
+#endif
+
+}  // namespace
+
+std::size_t fa3_backward_workspace_bytes(const Problem& problem, bool deterministic) {
+  if (fa3::backward_padded_head_dim(problem.head_dim) == 0) return 0;
+  return workspace_layout(problem, deterministic).total;
+}
+
+void fa3_backward(const Problem& problem, const BackwardArgs& args) {
+  require_kernel_supported(problem, kName);
+  if (problem.head_dim % kChunkElements != 0 || problem.head_dim > kMaxHeadDim) {
+    refuse("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of " +
+           std::to_string(kChunkElements) + " up to " + std::to_string(kMaxHeadDim) +
+           " (above 128 the dK and dV accumulators of a 128-key block do not fit the registers; fa2_backward runs them)");
+  }
+  // TMA: 16-byte aligned tensors, strides in multiples of 16 bytes.
+  require_backward_args(problem, args, kName, 16, kChunkElements);
+  const int padded = fa3::backward_padded_head_dim(problem.head_dim);
+  constexpr int kBlockN = 128;
+  const std::int64_t preprocess_threads =
+      static_cast<std::int64_t>(problem.total_rows_q()) * problem.heads_q * fa2::kPreprocessLanesPerRow;
+  require_grid(kName, {(std::int64_t(problem.seqlen_k) + kBlockN - 1) / kBlockN, "key blocks"},
+               {problem.heads_kv, "heads_kv"}, {problem.batch, "batch"});
+  require_grid(kName, {(preprocess_threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads, "rows x heads_q"},
+               {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
+  const struct {
+    const DeviceTensor* tensor;
+    int heads;
+    bool query_side;
+    const char* name;
+  } tma_tensors[] = {{&args.q, problem.heads_q, true, "fa3_backward: q"},
+                     {&args.k, problem.heads_kv, false, "fa3_backward: k"},
+                     {&args.v, problem.heads_kv, false, "fa3_backward: v"},
+                     {&args.d_o, problem.heads_q, true, "fa3_backward: d_o"}};
+  for (const auto& entry : tma_tensors) {
+    require_tma_tensor(attention_tma_tensor(*entry.tensor, problem, entry.heads, entry.query_side), problem.dtype,
+                       entry.name);
+  }
+  const bool deterministic = args.deterministic;
+  const WorkspaceLayout layout = workspace_layout(problem, deterministic);
+  if (args.workspace != nullptr && args.workspace_bytes < layout.total) {
+    refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) +
+           "; allowed: at least fa3_backward_workspace_bytes() = " + std::to_string(layout.total));
+  }
+#ifndef FLASHLAB_HAVE_SM90A
+  refuse("this build has no sm_90a code; allowed: a build whose CMAKE_CUDA_ARCHITECTURES include 90a");
+#else
+  require_compute_capability_exactly(9, 0, kName);  // the device last: a refused argument makes no CUDA call
+
+  int block_m = 0;
+  dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() { block_m = fa3::BackwardTiling<kHeadDim>::kBlockM; });
+  cudaStream_t stream = args.stream;
+  void* workspace = args.workspace;
+  const bool owns_workspace = workspace == nullptr;
+  if (owns_workspace) check_cuda(cudaMallocAsync(&workspace, layout.total, stream), "fa3_backward cudaMallocAsync");
+  auto* bytes = static_cast<unsigned char*>(workspace);
+
+  fa3::BackwardParams p{};
+  static_cast<AttentionParams&>(p) = make_attention_params(problem, args);
+  p.d_o = args.d_o, p.dq = args.dq, p.dk = args.dk, p.dv = args.dv;
+  p.batch = problem.batch;
+  p.heads_kv = problem.heads_kv;
+  p.padded_head_dim = padded;
+  p.total_rows_q = problem.total_rows_q();
+  p.scale = static_cast<float>(problem.scale());
+  p.deterministic = deterministic;
+  p.query_blocks = layout.query_blocks;
+  p.lse_log2 = reinterpret_cast<float*>(bytes);
+  p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
+  p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
+  p.dq_rows = layout.dq_rows;
+  p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
+  p.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, block_m,
+                         "fa3_backward: q");
+  p.do_map = make_tma_map(attention_tma_tensor(args.d_o, problem, problem.heads_q, true), problem.dtype, 64, block_m,
+                          "fa3_backward: d_o");
+  p.k_map = make_tma_map(attention_tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, kBlockN,
+                         "fa3_backward: k");
+  p.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, kBlockN,
+                         "fa3_backward: v");
+  try {
+    if (p.total_rows_q > 0) {
+      // The dQ accumulator and the deterministic counters start at zero.
+      check_cuda(cudaMemsetAsync(p.dq_accum, 0, layout.total - layout.dq_offset, stream), "fa3_backward workspace memset");
+      if (problem.dtype == DType::bf16) {
+        dispatch<__nv_bfloat16>(padded, p, stream);
+      } else {
+        dispatch<__half>(padded, p, stream);
+      }
+    }
+  } catch (...) {
+    if (owns_workspace) cudaFreeAsync(workspace, stream);
+    throw;
+  }
+  if (owns_workspace) check_cuda(cudaFreeAsync(workspace, stream), "fa3_backward cudaFreeAsync");
+#endif
+}
+
+}  // namespace flashlab::kernels

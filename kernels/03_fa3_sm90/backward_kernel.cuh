@@ -1,0 +1,475 @@
+// The FA3-generation backward kernel (FlashAttention-3, Shah et al. 2024, Section 3 applied to
+// FA2 Algorithm 2), for sm_90a; kernels/03_fa3_sm90/backward_host.cu fills its parameters,
+// backward_instances/ instantiates it, one head dim per file; backward_tiling.hpp gives the tiles.
+//
+// Three kernels on one stream, as in the FA2 rung: the FA2 rung's preprocess (D = rowsum(dO * O)
+// and LSE in base 2, Algorithm 2 line 4), the main kernel here, and the dQ convert here.
+//
+// The main kernel: one block per (key block j, KV head, batch); warp specialization (Section 3.1):
+//   producer warp 0: K_j and V_j once by TMA (line 6), then for every query block i that sees
+//     them (every query head of the group) Q_i and dO_i by TMA and LSE_i, D_i by plain loads, into
+//     a kStages ring (lines 8-9);
+//   producer warp 1: dQ: each consumer warpgroup's fp32 slice of dS K_j arrives in shared memory;
+//     the warp adds it to the fp32 accumulator in HBM with one bulk reduction
+//     (cp.reduce.async.bulk .add.f32), or, in deterministic mode, in key-block order with vector
+//     reductions after a ticket (line 21's dQ_i += dS K_j);
+//   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
+//     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS, issued together), P^T = exp2(S^T scale log2(e) -
+//     LSE) with the mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS),
+//     dS^T = P^T o (dP^T - D), dK_j += dS^T Q_i (RS), dS^T to shared memory for both warpgroups,
+//     then this warpgroup's dQ slice = dS K_j (SS, dS read MN-major from the transposed tile).
+// dK_j (scaled) and dV_j leave from registers at the end (line 23). setmaxnreg moves registers
+// from the producer warpgroup to the consumers.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "kernels/02_fa2_sm80/backward_kernel.cuh"
+#include "kernels/03_fa3_sm90/backward_tiling.hpp"
+#include "kernels/common/attention_params.hpp"
+#include "kernels/common/constants.hpp"
+#include "kernels/common/conversions.cuh"
+#include "kernels/common/sm90.cuh"
+#include "kernels/common/sm90_sync.cuh"
+#include "kernels/common/sm90_tma.cuh"
+#include "kernels/common/sm90_wgmma.cuh"
+
+namespace flashlab::kernels::fa3 {
+
+// The FA2 rung's backward parameters (its preprocess reads them) and TMA's view of Q, K, V, dO.
+// The dQ accumulator holds each query block's tile as two contiguous 64 x 64 slices in the order
+// the consumers stage them (dq_slice_index).
+struct BackwardParams : fa2::BackwardParams {
+  CUtensorMap q_map, k_map, v_map, do_map;  // (column, row, head, batch); varlen: one batch of packed rows
+};
+
+using namespace device;
+using namespace sm90;
+
+// Named barrier 1: both consumer warpgroups have written their half of dS^T.
+constexpr int kDsBarrier = 1;
+
+// Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's 64 x 64 dQ slice sits in
+// the staged slice: 16 contiguous bytes per (tile, thread), consecutive threads side by side, so
+// the staging stores are conflict-free and the slice is one contiguous bulk reduction.
+__host__ __device__ constexpr int dq_slice_index(int tile, int thread, int e) { return (tile * 128 + thread) * 4 + e; }
+
+struct BackwardBarriers {
+  static constexpr int kMaxStages = 2;
+  Mbarrier kv_full;
+  Mbarrier q_full[kMaxStages], q_empty[kMaxStages];
+  Mbarrier dq_full[2], dq_empty[2];
+};
+
+// The query blocks a key block visits (FA2 Algorithm 2 with masks: only the queries that see
+// some key of the block), the same for the producer, the dQ writer and the consumers.
+struct KeyBlockWork {
+  SequenceView sequence;
+  MaskRule mask;
+  int key_block, key_begin, key_end;  // key_end: min(key_begin + kBlockN, seqlen_k)
+  int block_first, block_last;        // query blocks [block_first, block_last) of each query head
+  int iterations;                     // (block_last - block_first) * group_size
+};
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ KeyBlockWork key_block_work(const BackwardParams& p) {
+  KeyBlockWork w;
+  // Deterministic mode takes turns from the last key block down, so it starts those first.
+  w.key_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  w.sequence = sequence_view(p, blockIdx.z);
+  w.mask = mask_rule(p, w.sequence);
+  w.key_begin = w.key_block * kBlockN;
+  w.key_end = min(w.key_begin + kBlockN, w.sequence.seqlen_k);
+  w.block_first = w.block_last = w.iterations = 0;
+  if (w.key_begin < w.sequence.seqlen_k) {
+    const IndexRange queries = w.mask.visible_queries(w.key_begin, w.key_end);
+    w.block_first = queries.first / kBlockM;
+    w.block_last = queries.last > queries.first ? (queries.last - 1) / kBlockM + 1 : w.block_first;
+    w.iterations = (w.block_last - w.block_first) * p.group_size;
+  }
+  return w;
+}
+// Iteration `it` of the walk: query block and query head.
+struct QueryStep {
+  int block, head;
+};
+__device__ __forceinline__ QueryStep query_step(const BackwardParams& p, const KeyBlockWork& w, int it) {
+  const int blocks = w.block_last - w.block_first;
+  return {w.block_first + it % blocks, static_cast<int>(blockIdx.y) * p.group_size + it / blocks};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer warp 0 (every lane; lane 0 issues the TMA copies).
+template <class Tile>
+__device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared,
+                               BackwardBarriers& bars, int lane) {
+  constexpr int kBlockM = Tile::kBlockM;
+  const int map_batch = static_cast<int>(w.sequence.batch), head_kv = blockIdx.y;
+  if (lane == 0 && w.iterations > 0) {  // a block no query sees loads nothing
+    tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
+    mbarrier_arrive_expect_bytes(&bars.kv_full, 2 * Tile::kKVBytes);
+    const int key0 = static_cast<int>(w.sequence.position_k) + w.key_begin;
+    for (int panel = 0; panel < Tile::kPanels; ++panel) {
+      tma_load(shared + Tile::kK + panel * Tile::kBlockN * 128, p.k_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
+      tma_load(shared + Tile::kV + panel * Tile::kBlockN * 128, p.v_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
+    }
+  }
+  float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
+  RingPosition<Tile::kStages> ring;
+  for (int it = 0; it < w.iterations; ++it, ring.advance()) {
+    const QueryStep step = query_step(p, w, it);
+    const int query_begin = step.block * kBlockM;
+    mbarrier_wait(&bars.q_empty[ring.stage], ring.phase ^ 1);
+    if (lane == 0) {
+      cuda::ptx::mbarrier_expect_tx(cuda::ptx::sem_relaxed, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                    &bars.q_full[ring.stage], 2 * Tile::kQBytes);
+      const int row0 = static_cast<int>(w.sequence.position_q) + query_begin;
+      for (int panel = 0; panel < Tile::kPanels; ++panel) {
+        const int offset = ring.stage * Tile::kQBytes + panel * kBlockM * 128;
+        tma_load(shared + Tile::kQ + offset, p.q_map, panel * 64, row0, step.head, map_batch, &bars.q_full[ring.stage]);
+        tma_load(shared + Tile::kDO + offset, p.do_map, panel * 64, row0, step.head, map_batch, &bars.q_full[ring.stage]);
+      }
+    }
+    // LSE_i (base 2) and D_i; rows past the sequence read 0 (their scores are masked to -inf).
+    const std::int64_t first = static_cast<std::int64_t>(step.head) * p.total_rows_q + w.sequence.first_row_q + query_begin;
+    float* stage_rows = rows + ring.stage * 2 * kBlockM;
+    for (int row = lane; row < kBlockM; row += 32) {
+      const bool valid = query_begin + row < w.sequence.seqlen_q;
+      stage_rows[row] = valid ? p.lse_log2[first + row] : 0.f;
+      stage_rows[kBlockM + row] = valid ? p.delta[first + row] : 0.f;
+    }
+    mbarrier_arrive(&bars.q_full[ring.stage]);  // release: the rows are visible to the waiters
+  }
+}
+
+// Producer warp 1: adds each staged dQ slice to the accumulator (line 21).
+template <class Tile>
+__device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
+                         int lane) {
+  constexpr int kBlockM = Tile::kBlockM;
+  const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
+  const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, blockIdx.z);
+  std::uint32_t phase = 0;
+  for (int it = 0; it < w.iterations; ++it, phase ^= 1) {
+    const QueryStep step = query_step(p, w, it);
+    float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
+    if (!p.deterministic) {
+      for (int slice = 0; slice < 2; ++slice) {
+        mbarrier_wait(&bars.dq_full[slice], phase);
+        if (lane == 0) {
+          bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
+                              Tile::kDqStageBytes);
+          bulk_commit();
+        }
+      }
+      if (lane == 0) {
+        bulk_wait_read();  // the staging slices may be rewritten
+        mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
+      }
+      __syncwarp();
+      continue;
+    }
+    // Deterministic: query block i's key blocks add in decreasing order (the FA2 rung's ticket:
+    // its last visitor first), each after the one before has published its sums.
+    mbarrier_wait(&bars.dq_full[0], phase), mbarrier_wait(&bars.dq_full[1], phase);
+    const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
+    const int turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
+    int* counter = p.dq_counters + (static_cast<std::int64_t>(blockIdx.z) * p.heads_q + step.head) * p.query_blocks + step.block;
+    if (lane == 0) {
+      int seen;
+      do {
+        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+      } while (seen != turn);
+    }
+    __syncwarp();
+    const float4* staged = reinterpret_cast<const float4*>(shared + Tile::kDqStage);
+    for (int index = lane; index < 2 * Tile::kDqSliceFloats / 4; index += 32) {
+      red_add_v4_f32(tile + 4 * index, staged[index]);
+    }
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) {
+      asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
+    }
+  }
+  if (lane == 0) bulk_wait_read();  // shared memory must outlive the last reduction's reads
+}
+
+// ---------------------------------------------------------------------------------------------
+// The consumers.
+
+// The fp32 accumulators of a 64 x N tile (n8 tiles 2k and 2k + 1), rounded and packed as the A
+// operand of k16 step k (sm90_wgmma.cuh).
+template <typename T, int N>
+__device__ __forceinline__ void pack_a(const float (&d)[N / 2], std::uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int k = 0; k < N / 16; ++k) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[k][j] = pack2<T>(d[8 * k + 2 * j], d[8 * k + 2 * j + 1]);
+  }
+}
+
+template <typename T, class Tile>
+__device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
+                        int group) {
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kHeadDim = Tile::kHeadDim;
+  const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  // This thread's keys: rows key_row0 and key_row0 + 8 of the key block.
+  const int key_row0 = 64 * group + 16 * warp + g;
+  const float* rows = reinterpret_cast<const float*>(shared + Tile::kRows);
+
+  // Descriptors. S^T and dP^T: A = this warpgroup's 64 rows of K (V), K-major; B = Q_i (dO_i),
+  // K-major, kBlockM rows; k16 step k at panel k / 4, +32 bytes per step inside it.
+  const std::uint64_t k_rows = k_major_descriptor(base + Tile::kK + group * 64 * 128);
+  const std::uint64_t v_rows = k_major_descriptor(base + Tile::kV + group * 64 * 128);
+  const std::uint64_t q_k_major = k_major_descriptor(base + Tile::kQ);
+  const std::uint64_t do_k_major = k_major_descriptor(base + Tile::kDO);
+  // dV += P^T dO_i and dK += dS^T Q_i: B = dO_i (Q_i) MN-major (the head dim contiguous), k16 step
+  // of queries + 2048 bytes.
+  const std::uint64_t q_mn_major = mn_major_descriptor(base + Tile::kQ, kBlockM * 128);
+  const std::uint64_t do_mn_major = mn_major_descriptor(base + Tile::kDO, kBlockM * 128);
+  // dQ slice = dS K_j: A = dS, MN-major from the dS^T tile (keys as rows, queries contiguous):
+  // this warpgroup's 64 queries are panel `group` when the slices split the rows; B = K_j
+  // MN-major, its 64 columns panel `group` when they split the columns; k16 step of keys + 2048.
+  const int a_panel = Tile::kDqSplitsColumns ? 0 : group, b_panel = Tile::kDqSplitsColumns ? group : 0;
+  const std::uint64_t ds_mn_major = mn_major_descriptor(base + Tile::kDs + a_panel * kBlockN * 128, kBlockN * 128);
+  const std::uint64_t k_mn_major = mn_major_descriptor(base + Tile::kK + b_panel * kBlockN * 128, kBlockN * 128);
+  constexpr std::uint64_t kQStageStep = Tile::kQBytes >> 4, kDsBufferStep = Tile::kDsBytes >> 4;
+
+  float dk[kHeadDim / 2], dv[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, 0);
+  RingPosition<Tile::kStages> ring;
+  for (int it = 0; it < w.iterations; ++it, ring.advance()) {
+    const QueryStep step = query_step(p, w, it);
+    const int query_begin = step.block * kBlockM;
+    const std::uint64_t stage = ring.stage * kQStageStep;
+    mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
+
+    // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T, issued together where the registers
+    // hold both (kBlockM 64); with 128 query rows dP^T is issued once P^T is packed.
+    float s[kBlockM / 2], dp[kBlockM / 2];
+    auto issue_scores = [&](float (&d)[kBlockM / 2], std::uint64_t rows_a, std::uint64_t columns_b) {
+#pragma unroll
+      for (int k = 0; k < kHeadDim / 16; ++k) {
+        const std::uint64_t a = (k / 4 * kBlockN * 128 + k % 4 * 32) >> 4, b = (k / 4 * kBlockM * 128 + k % 4 * 32) >> 4;
+        Wgmma<T, kBlockM>::template ss<0>(d, rows_a + a, columns_b + stage + b, k > 0);
+      }
+      wgmma_commit();
+    };
+    constexpr bool kScoresTogether = kBlockM == 64;
+    wgmma_fence();
+    issue_scores(s, k_rows, q_k_major);
+    if constexpr (kScoresTogether) {
+      issue_scores(dp, v_rows, do_k_major);
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_registers(s);
+
+    // Lines 12-13: P^T = exp2(S^T scale log2(e) - LSE log2(e)); keys a query must not see, keys
+    // past the sequence and queries past it are -inf (on blocks crossing an edge only).
+    const float* lse = rows + ring.stage * 2 * kBlockM;
+    const float* delta = lse + kBlockM;
+    const bool needs_mask = query_begin + kBlockM > w.sequence.seqlen_q || w.key_begin + kBlockN > w.sequence.seqlen_k ||
+                            !w.mask.block_full(query_begin, query_begin + kBlockM - 1, w.key_begin, w.key_begin + kBlockN);
+    if (needs_mask) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = w.key_begin + key_row0 + 8 * r;
+#pragma unroll
+        for (int i = 0; i < kBlockM / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int query = query_begin + 8 * i + 2 * t + e;
+            if (key >= w.key_end || query >= w.sequence.seqlen_q || !w.mask.visible(query, key)) s[4 * i + 2 * r + e] = -INFINITY;
+          }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) {
+      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], p.scale_log2, -l.x));
+        s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], p.scale_log2, -l.y));
+      }
+    }
+    std::uint32_t pf[kBlockM / 16][4];
+    pack_a<T, kBlockM>(s, pf);
+
+    // Line 12: dV_j += P^T dO_i.
+    wgmma_fence();
+    if constexpr (!kScoresTogether) issue_scores(dp, v_rows, do_k_major);
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k) {
+      Wgmma<T, kHeadDim>::template rs<1>(dv, pf[k], do_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // dP^T done; dV may still run
+    fence_registers(dp);
+
+    // Line 16: dS^T = P^T o (dP^T - D), from P as the tensor cores read it (rounded).
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) {
+      const float2 d = *reinterpret_cast<const float2*>(delta + 8 * i + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float2 prob = unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
+        dp[4 * i + 2 * r] = prob.x * (dp[4 * i + 2 * r] - d.x);
+        dp[4 * i + 2 * r + 1] = prob.y * (dp[4 * i + 2 * r + 1] - d.y);
+      }
+    }
+    std::uint32_t dsf[kBlockM / 16][4];
+    pack_a<T, kBlockM>(dp, dsf);
+    // dS^T to shared memory (buffer it % 2), in the TMA box layout: keys as rows, query panels.
+    unsigned char* ds_tile = shared + Tile::kDs + (it % 2) * Tile::kDsBytes;
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int row = key_row0 + 8 * (j % 2), column = 16 * k + 8 * (j / 2) + 2 * t;
+        *reinterpret_cast<std::uint32_t*>(ds_tile + swizzled_offset(row, column, kBlockN)) = dsf[k][j];
+      }
+
+    // Line 18: dK_j += dS^T Q_i.
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k) {
+      Wgmma<T, kHeadDim>::template rs<1>(dk, dsf[k], q_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+    }
+    wgmma_commit();
+
+    // Line 20: this warpgroup's dQ slice = dS K_j, once both halves of dS^T are in.
+    fence_shared_to_async_proxy();
+    named_barrier_sync(kDsBarrier, 256);
+    float dq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k) {
+      const std::uint64_t step16 = (k * 16 * 128) >> 4;
+      Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (it % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(dq), fence_registers(dk), fence_registers(dv), fence_registers(pf), fence_registers(dsf);
+    if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
+
+    // The slice to the staging buffer once the writer has read the previous one.
+    mbarrier_wait(&bars.dq_empty[group], (it & 1) ^ 1);
+    float* staged = reinterpret_cast<float*>(shared + Tile::kDqStage + group * Tile::kDqStageBytes);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      *reinterpret_cast<float4*>(staged + dq_slice_index(i, thread, 0)) =
+          make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+    }
+    fence_shared_to_async_proxy();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&bars.dq_full[group]);
+  }
+
+  // Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j, rows past the keys and
+  // columns past the head dim not written.
+  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, blockIdx.y);
+  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, blockIdx.y);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = key_row0 + 8 * r;
+    if (w.key_begin + row >= w.key_end) continue;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i) {
+      const int column = 8 * i + 2 * t;
+      if (column >= p.head_dim) continue;
+      *reinterpret_cast<std::uint32_t*>(dk_out + row * p.dk.row_stride + column) =
+          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
+          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, 1)
+    fa3_backward_kernel(const __grid_constant__ BackwardParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tile = BackwardTiling<kHeadDim>;
+  static_assert(Tile::kStages <= BackwardBarriers::kMaxStages);
+  static_assert(sizeof(BackwardBarriers) <= 256, "the barriers fit their space");
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  BackwardBarriers& bars = *reinterpret_cast<BackwardBarriers*>(shared + Tile::kBarriers);
+  const KeyBlockWork w = key_block_work<Tile::kBlockM, Tile::kBlockN>(p);
+  if (w.key_begin >= w.sequence.seqlen_k) return;  // varlen: past this sequence's end (the whole block)
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bars.kv_full, 1);
+    for (int stage = 0; stage < Tile::kStages; ++stage) {
+      mbarrier_init(&bars.q_full[stage], 32);   // every lane of producer warp 0
+      mbarrier_init(&bars.q_empty[stage], 8);   // each consumer warp
+    }
+    for (int slice = 0; slice < 2; ++slice) {
+      mbarrier_init(&bars.dq_full[slice], 4);   // each warp of the slice's warpgroup
+      mbarrier_init(&bars.dq_empty[slice], 1);  // the dQ writer
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warpgroup == 0) {
+    registers_decrease_to<Tile::kProducerRegisters>();
+    if (warp == 0) produce_inputs<Tile>(p, w, shared, bars, lane);
+    if (warp == 1) write_dq<Tile>(p, w, shared, bars, lane);
+  } else {
+    registers_increase_to<Tile::kConsumerRegisters>();
+    consume<T, Tile>(p, w, shared, bars, warpgroup - 1);
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+// dQ = scale * accumulator, rounded to the dtype, back from the slices to rows. One block per
+// (query block, head, batch); each thread turns one (tile, thread) group of 4 values into two pairs.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(256) fa3_backward_convert_dq_kernel(const BackwardParams p) {
+  using Tile = BackwardTiling<kHeadDim>;
+  const int query_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  const SequenceView seq = sequence_view(p, b);
+  const int query_begin = query_block * Tile::kBlockM;
+  if (query_begin >= seq.seqlen_q) return;
+  const float* tile = p.dq_accum + (static_cast<std::int64_t>(head) * p.dq_rows + fa2::dq_first_row(seq, b) + query_begin) * kHeadDim;
+  T* dq = p.dq.as<T>() + p.dq.offset(seq.batch, seq.position_q, query_begin, head);
+  for (int index = threadIdx.x; index < 2 * Tile::kDqSliceFloats / 4; index += blockDim.x) {
+    // index = slice * 1024 + n8 tile * 128 + thread (dq_slice_index / 4).
+    const int slice = index / 1024, tile_index = index / 128 % 8, thread = index % 128;
+    const int lane = thread % 32;
+    int row = 16 * (thread / 32) + lane / 4, column = 8 * tile_index + 2 * (lane % 4);
+    if (Tile::kDqSplitsColumns) {
+      column += 64 * slice;
+    } else {
+      row += 64 * slice;
+    }
+    if (column >= p.head_dim) continue;
+    const float4 value = *reinterpret_cast<const float4*>(tile + 4 * index);
+    if (query_begin + row < seq.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(dq + row * p.dq.row_stride + column) = pack2<T>(value.x * p.scale, value.y * p.scale);
+    }
+    if (query_begin + row + 8 < seq.seqlen_q) {
+      *reinterpret_cast<std::uint32_t*>(dq + (row + 8) * p.dq.row_stride + column) =
+          pack2<T>(value.z * p.scale, value.w * p.scale);
+    }
+  }
+}
+
+// Launches the three kernels for one instance (backward_instances/).
+template <typename T, int kHeadDim>
+void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream);
+
+}  // namespace flashlab::kernels::fa3

@@ -1,0 +1,47 @@
+// The launcher behind launch_fa3_backward<T, kHeadDim>: included only by the instance files
+// (backward_instances/, one per padded head dim, both types).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "algorithms/checked_math.hpp"
+#include "kernels/03_fa3_sm90/backward_kernel.cuh"
+#include "kernels/attention_api.hpp"
+
+namespace flashlab::kernels::fa3 {
+
+template <typename T, int kHeadDim>
+void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
+  using Tile = BackwardTiling<kHeadDim>;
+  {  // D = rowsum(dO * O) and LSE in base 2 (the FA2 rung's preprocess)
+    const std::int64_t threads = checked_product("fa3_backward: preprocess threads", params.total_rows_q, params.heads_q,
+                                                 fa2::kPreprocessLanesPerRow);
+    const int blocks = static_cast<int>((threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads);
+    fa2::backward_preprocess_kernel<T><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa3_backward preprocess launch");
+  }
+  {
+    auto* kernel = &fa3_backward_kernel<T, kHeadDim>;
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes),
+               "fa3_backward: cudaFuncSetAttribute(shared memory)");
+    const dim3 grid((params.seqlen_k + Tile::kBlockN - 1) / Tile::kBlockN, params.heads_kv, params.batch);
+    kernel<<<grid, Tile::kThreads, Tile::kSharedBytes, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa3_backward main launch");
+  }
+  {
+    const dim3 grid(params.query_blocks, params.heads_q, params.batch);
+    fa3_backward_convert_dq_kernel<T, kHeadDim><<<grid, 256, 0, stream>>>(params);
+    check_cuda(cudaGetLastError(), "fa3_backward convert launch");
+  }
+}
+
+}  // namespace flashlab::kernels::fa3
+
+#define FLASHLAB_FA3_BACKWARD_INSTANCE(kHeadDim)                                                                       \
+  template void flashlab::kernels::fa3::launch_fa3_backward<__half, kHeadDim>(                                         \
+      const flashlab::kernels::fa3::BackwardParams&, cudaStream_t);                                                    \
+  template void flashlab::kernels::fa3::launch_fa3_backward<__nv_bfloat16, kHeadDim>(                                  \
+      const flashlab::kernels::fa3::BackwardParams&, cudaStream_t);

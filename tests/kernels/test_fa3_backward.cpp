@@ -1,0 +1,160 @@
+// The FA3-generation backward (kernels/03_fa3_sm90/backward_*) through the reference-test library:
+// gradients by the 3x rule against the double-precision oracle on the default grid (official odd
+// shapes, both causal alignments, windows, GQA/MQA, varlen, rows that see no key) in bf16 and fp16
+// with the atomic and the deterministic dQ, the other head dims it pads, scores in the thousands,
+// the deterministic mode bitwise repeated, and its refusals. On a device that is not compute
+// capability 9.0 every case must come back refused, naming the compute capability.
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "kernels/attention_api.hpp"
+#include "reference/attention_check.hpp"
+#include "reference/backward_check.hpp"
+#include "reference/device_attention.hpp"
+#include "reference/reference_check.hpp"
+
+using namespace flashlab;
+using reference::CaseResult;
+
+namespace {
+
+bool hopper_device() {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  return major == 9 && minor == 0;
+}
+
+reference::BackwardImplementation fa3_backward_on_device(bool deterministic) {
+  return reference::on_device_backward([deterministic](const Problem& problem, const kernels::BackwardArgs& args) {
+    kernels::BackwardArgs with_mode = args;
+    with_mode.deterministic = deterministic;
+    kernels::fa3_backward(problem, with_mode);
+  });
+}
+
+// Passed on Hopper; refused naming the compute capability elsewhere.
+void require_passed(const reference::BackwardCaseResult& result) {
+  INFO(result.report);
+  if (hopper_device()) {
+    CHECK(result.status == CaseResult::Status::passed);
+  } else {
+    CHECK(result.status == CaseResult::Status::refused);
+    CHECK(result.report.find("compute capability") != std::string::npos);
+  }
+}
+
+void check_problems(const std::vector<Problem>& problems, bool deterministic,
+                    const reference::BackwardCheckOptions& options = {}) {
+  for (const Problem& problem : problems) {
+    INFO((deterministic ? "deterministic dQ" : "atomic dQ"));
+    require_passed(reference::check_backward_case(fa3_backward_on_device(deterministic), problem, options));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("FA3 backward kernel passes the default grid, bf16 and fp16", "[fa3_backward]") {
+  const DType dtype = GENERATE(DType::bf16, DType::fp16);
+  const bool deterministic = GENERATE(false, true);
+  check_problems(reference::default_forward_grid(dtype, {64, 128, 40, 96, 104}), deterministic);
+}
+
+TEST_CASE("FA3 backward kernel: more key blocks and query blocks than one, GQA, every mask", "[fa3_backward]") {
+  std::vector<Problem> problems;
+  for (const int head_dim : {64, 128}) {
+    for (const int mask : {0, 1, 2, 3}) {
+      Problem p;
+      p.dtype = DType::bf16, p.batch = 2, p.heads_q = 4, p.heads_kv = 1, p.seqlen_q = 700, p.seqlen_k = 650;
+      p.head_dim = head_dim;
+      if (mask == 3) {
+        p.mask.window_left = 130, p.mask.window_right = 70;
+      } else {
+        p.mask.causal = mask != 0;
+        p.mask.alignment = mask == 2 ? CausalAlignment::top_left : CausalAlignment::bottom_right;
+      }
+      problems.push_back(p);
+    }
+  }
+  Problem varlen;
+  varlen.dtype = DType::fp16, varlen.heads_q = 6, varlen.heads_kv = 2, varlen.head_dim = 128, varlen.mask.causal = true;
+  set_varlen(varlen, {700, 1, 333, 129, 64}, {700, 5, 333, 1000, 17});
+  problems.push_back(varlen);
+  for (const bool deterministic : {false, true}) check_problems(problems, deterministic);
+}
+
+TEST_CASE("FA3 backward kernel: scores in the thousands stay within the rule", "[fa3_backward]") {
+  reference::BackwardCheckOptions options;
+  options.input_scale = 100;  // bf16: Q and K times 100
+  std::vector<Problem> problems;
+  for (const int causal : {0, 1}) {
+    Problem p;
+    p.dtype = DType::bf16, p.batch = 1, p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = 300, p.seqlen_k = 257;
+    p.head_dim = causal ? 64 : 128, p.mask.causal = causal == 1;
+    problems.push_back(p);
+  }
+  check_problems(problems, false, options);
+}
+
+TEST_CASE("FA3 backward kernel: the deterministic mode is bitwise repeatable over 20 runs", "[fa3_backward]") {
+  Problem problem;
+  problem.dtype = DType::bf16, problem.batch = 2, problem.heads_q = 4, problem.heads_kv = 2;
+  problem.seqlen_q = 640, problem.seqlen_k = 1100, problem.head_dim = GENERATE(64, 128);
+  problem.mask.causal = GENERATE(false, true);
+  const auto reference_case = reference::backward_reference(problem, reference::fresh_seed());
+  AttentionTensors first;
+  const auto result = reference::run_backward_case(fa3_backward_on_device(true), reference_case, {}, &first);
+  require_passed(result);
+  if (!hopper_device()) return;
+  for (int repeat = 0; repeat < 20; ++repeat) {
+    AttentionTensors again;
+    reference::run_backward_case(fa3_backward_on_device(true), reference_case, {}, &again);
+    INFO(reference::describe(problem) << ", repeat " << repeat);
+    CHECK(again.dQ.values == first.dQ.values);
+    CHECK(again.dK.values == first.dK.values);
+    CHECK(again.dV.values == first.dV.values);
+  }
+}
+
+TEST_CASE("FA3 backward kernel refuses by name what it does not do", "[fa3_backward]") {
+  Problem problem;
+  problem.dtype = DType::bf16, problem.heads_q = 2, problem.heads_kv = 1, problem.seqlen_q = 64, problem.seqlen_k = 64;
+  for (const int head_dim : {192, 256, 60}) {
+    problem.head_dim = head_dim;
+    const auto result = reference::check_backward_case(fa3_backward_on_device(false), problem);
+    INFO(result.report);
+    CHECK(result.status == CaseResult::Status::refused);
+    CHECK(result.report.find("head_dim = " + std::to_string(head_dim)) != std::string::npos);
+  }
+  problem.head_dim = 64;
+  problem.dtype = DType::fp32;
+  CHECK_THROWS_WITH(kernels::fa3_backward(problem, kernels::BackwardArgs{}), flashlab::testing::contains_text("fp32"));
+}
+
+// A small grid for compute-sanitizer (memcheck, racecheck, synccheck): odd shapes, masks, GQA,
+// varlen, both padded head dims, both dQ modes.
+TEST_CASE("FA3 backward kernel on a small grid (for the sanitizers)", "[sanitizer_grid_sm90]") {
+  std::vector<Problem> problems;
+  for (const auto& [seqlen_q, seqlen_k] : std::vector<std::pair<int, int>>{{113, 203}, {239, 1}, {128, 217}}) {
+    for (const int head_dim : {64, 128}) {
+      Problem p;
+      p.dtype = DType::bf16, p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k;
+      p.head_dim = head_dim, p.mask.causal = head_dim == 128;
+      problems.push_back(p);
+    }
+  }
+  Problem varlen;
+  varlen.dtype = DType::bf16, varlen.head_dim = 128;
+  set_varlen(varlen, {113, 1, 239}, {203, 3, 1});
+  problems.push_back(varlen);
+  for (const bool deterministic : {false, true}) {
+    for (const Problem& problem : problems) {
+      const auto result = reference::check_backward_case(fa3_backward_on_device(deterministic), problem);
+      INFO(result.report);
+      if (hopper_device()) CHECK(result.status == CaseResult::Status::passed);
+    }
+  }
+}
