@@ -174,13 +174,14 @@ int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n,
   return guarded([&] { flashlab::kernels::sm90_gemm_bf16(a, b, c, m, n, k, static_cast<cudaStream_t>(stream)); });
 }
 
-int flashlab_backward(const FlashlabProblem* problem, int deterministic, void* q, const std::int64_t* q_strides, void* k,
+int flashlab_backward(int generation, const FlashlabProblem* problem, int deterministic, void* q, const std::int64_t* q_strides, void* k,
                       const std::int64_t* k_strides, void* v, const std::int64_t* v_strides, void* o,
                       const std::int64_t* o_strides, float* lse, const std::int64_t* lse_strides, void* d_o,
                       const std::int64_t* d_o_strides, void* dq, const std::int64_t* dq_strides, void* dk,
                       const std::int64_t* dk_strides, void* dv, const std::int64_t* dv_strides, void* stream) {
   return guarded([&] {
     constexpr const char* kEntry = "flashlab_backward";
+    require_code(kEntry, "generation", generation, 2, 3, "2 (FA2), 3 (FA3)");
     require_code(kEntry, "deterministic", deterministic, 0, 1, "0 or 1");
     const flashlab::Problem p = to_problem(kEntry, problem);
     flashlab::kernels::BackwardArgs args;
@@ -192,7 +193,11 @@ int flashlab_backward(const FlashlabProblem* problem, int deterministic, void* q
     args.cu_seqlens_q = problem->cu_seqlens_q_device, args.cu_seqlens_k = problem->cu_seqlens_k_device;
     args.deterministic = deterministic == 1;
     args.stream = static_cast<cudaStream_t>(stream);
-    flashlab::kernels::fa2_backward(p, args);
+    if (generation == 2) {
+      flashlab::kernels::fa2_backward(p, args);
+    } else {
+      flashlab::kernels::fa3_backward(p, args);
+    }
   });
 }
 

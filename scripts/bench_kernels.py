@@ -95,9 +95,9 @@ class Flashlab:
         m, k = a.shape
         self.lib.sm90_gemm_bf16(a.data_ptr(), b.data_ptr(), c.data_ptr(), m, b.shape[0], k, self.stream())
 
-    def backward(self, q, k, v, o, lse, do, dq, dk, dv, causal):
-        self.lib.backward(self.problem(q, k, causal), False, *map(self.tensor, (q, k, v, o, lse, do, dq, dk, dv)),
-                          self.stream())
+    def backward(self, generation, q, k, v, o, lse, do, dq, dk, dv, causal, deterministic=False):
+        self.lib.backward(generation, self.problem(q, k, causal), deterministic,
+                          *map(self.tensor, (q, k, v, o, lse, do, dq, dk, dv)), self.stream())
 
 
 def flops_forward(b, h, s, d, causal):
@@ -334,9 +334,25 @@ def run(args):
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
                     lib.forward(2, q, k, v, o, lse, causal)  # O and LSE for every backward (variants too)
                     for name, impl in libs.items():
-                        if impl.has_backward:
-                            timers[name] = lambda impl=impl: median_ms(
-                                lambda: impl.backward(q, k, v, o, lse, do, dq, dk, dv, causal))
+                        wanted = args.generations if name == "fa2" else args.variant_generations
+                        generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and d <= 128 else [])
+                        for generation_name, generation in generations:
+                            if generation_name not in wanted:
+                                continue
+                            label = name.replace("fa2", generation_name, 1)
+                            timers[label] = lambda impl=impl, generation=generation: median_ms(
+                                lambda: impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal))
+                            if generation == 3 and args.deterministic and name == "fa2":
+                                timers["fa3_deterministic"] = lambda impl=impl: median_ms(
+                                    lambda: impl.backward(3, q, k, v, o, lse, do, dq, dk, dv, causal, True))
+                    if fa4 is not None:
+                        def fa4_backward_timer():
+                            q4, k4, v4 = (t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+                            out4 = fa4(q4, k4, v4, causal=causal)
+                            out4 = out4[0] if isinstance(out4, tuple) else out4
+                            do4 = do.transpose(1, 2).contiguous()
+                            return median_ms(lambda: torch.autograd.grad(out4, (q4, k4, v4), do4, retain_graph=True))
+                        timers["fa4"] = fa4_backward_timer
                     for name, backend in SDPA_BACKENDS.items():
                         if name in args.sdpa:
                             timers[name] = sdpa_backward_timer(backend, q, k, v, do, causal)
@@ -418,6 +434,8 @@ def main():
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--fa1-max-seqlen", type=int, default=4096)
     parser.add_argument("--backward", action="store_true", help="also time the backward pass")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="with --backward: also time the FA3 backward's deterministic mode")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved timing rounds per problem (the median is reported)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",

@@ -27,9 +27,14 @@ struct BackwardTiling {
   static constexpr bool kDqSplitsColumns = kBlockM == 64;  // else the two slices split the rows
   static constexpr int kDqSliceFloats = 64 * 64;
   static_assert(2 * kDqSliceFloats == kBlockM * kHeadDim, "two 64 x 64 slices make a dQ tile");
-  // setmaxnreg: the producer warpgroup keeps 24 registers, each consumer warpgroup gets 240.
-  static constexpr int kProducerRegisters = kHeadDim == 64 ? 48 : 56;
-  static constexpr int kConsumerRegisters = kHeadDim == 64 ? 232 : 224;
+  // setmaxnreg moves registers from the producer warpgroup to the consumers within the block's
+  // launch allocation (168 per thread: 65536 / 384 rounded down to a multiple of 8); a request
+  // beyond it would wait forever.
+  static constexpr int kLaunchRegisters = 168;
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumerWarpgroups <= kLaunchRegisters * kThreads,
+                "setmaxnreg stays within the launch allocation");
 
   // Shared memory, bytes from a 1024-byte aligned base.
   static constexpr int kKVBytes = kBlockN * kHeadDim * kElementBytes;  // each of K and V

@@ -37,8 +37,11 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(Mbarrier* barrier, 
 // a call inside a kernel makes ptxas serialise its wgmma.
 __device__ __forceinline__ void mbarrier_wait(Mbarrier* barrier, std::uint32_t parity) {
 #ifdef FLASHLAB_TRAP_HANGS
+#ifndef FLASHLAB_TRAP_HANGS_TRIES
+#define FLASHLAB_TRAP_HANGS_TRIES (1u << 30)
+#endif
   for (std::uint32_t tries = 0; !cuda::ptx::mbarrier_try_wait_parity(barrier, parity); ++tries) {
-    if (tries == (1u << 30)) __trap();
+    if (tries == FLASHLAB_TRAP_HANGS_TRIES) __trap();
   }
 #else
   while (!cuda::ptx::mbarrier_try_wait_parity(barrier, parity)) {

@@ -10,6 +10,8 @@
  *   1: the first versioned ABI. Every entry that launches work takes the stream it runs on
  *      (a cudaStream_t as void*; NULL is the legacy default stream) and runs on the current
  *      CUDA device.
+ *   2: flashlab_backward takes the generation first (2 = FA2, 3 = FA3 on Hopper), as
+ *      flashlab_forward does.
  *
  * Every entry returns FLASHLAB_OK, FLASHLAB_REFUSED when an input breaks the contract below (the
  * message of flashlab_last_error() names the input and the allowed range; nothing was launched)
@@ -45,7 +47,7 @@
 
 #include <stdint.h>
 
-#define FLASHLAB_ABI_VERSION 1
+#define FLASHLAB_ABI_VERSION 2
 
 /* What the shared library exports (everything else in it has hidden visibility). */
 #if defined(__GNUC__) || defined(__clang__)
@@ -97,8 +99,9 @@ FLASHLAB_API int flashlab_fa3_forward_steps(int ping_pong, int intra_warpgroup_o
 /* The Hopper rung's GEMM: C [m, n] = A [m, k] B [n, k]^T, bf16, contiguous row-major. */
 FLASHLAB_API int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, void* stream);
 
-/* FA2 backward: dQ, dK, dV from Q, K, V, O, LSE and dO (workspace allocated by the call). */
-FLASHLAB_API int flashlab_backward(const FlashlabProblem* problem, int deterministic, void* q,
+/* generation: 2 = FA2 backward, 3 = FA3 backward (Hopper; head_dim up to 128): dQ, dK, dV from Q, K,
+ * V, O, LSE and dO (workspace allocated by the call). */
+FLASHLAB_API int flashlab_backward(int generation, const FlashlabProblem* problem, int deterministic, void* q,
                                    const int64_t* q_strides, void* k, const int64_t* k_strides, void* v,
                                    const int64_t* v_strides, void* o, const int64_t* o_strides, float* lse,
                                    const int64_t* lse_strides, void* d_o, const int64_t* d_o_strides, void* dq,

@@ -18,7 +18,7 @@ import pathlib
 import threading
 
 # FLASHLAB_ABI_VERSION of the header these declarations are written for.
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK, ERROR, REFUSED = 0, 1, 2
 DTYPE_CODES = {"fp16": 1, "bf16": 2}
@@ -48,7 +48,8 @@ FUNCTIONS = {
         "int", ["int", "int", "int", "const FlashlabProblem*"] + _TENSOR * 4 + ["float*", "const int64_t*", "void*"]),
     "flashlab_sm90_gemm_bf16": ("int", ["const void*", "const void*", "void*", "int", "int", "int", "void*"]),
     "flashlab_backward": (
-        "int", ["const FlashlabProblem*", "int"] + _TENSOR * 4 + ["float*", "const int64_t*"] + _TENSOR * 4 + ["void*"]),
+        "int", ["int", "const FlashlabProblem*", "int"] + _TENSOR * 4 + ["float*", "const int64_t*"] + _TENSOR * 4
+        + ["void*"]),
 }
 
 
@@ -139,9 +140,9 @@ class KernelLibrary:
         """C [m, n] = A [m, k] B [n, k]^T on the Hopper rung's GEMM; a, b, c data pointers."""
         self._check(self._lib.flashlab_sm90_gemm_bf16(a, b, c, m, n, k, ctypes.c_void_p(stream)))
 
-    def backward(self, problem, deterministic, q, k, v, o, lse, d_o, dq, dk, dv, stream):
-        """The FA2 backward; each tensor (data pointer, strides)."""
-        self._check(self._lib.flashlab_backward(ctypes.byref(problem), int(deterministic),
+    def backward(self, generation, problem, deterministic, q, k, v, o, lse, d_o, dq, dk, dv, stream):
+        """The backward of `generation` (2 FA2, 3 FA3); each tensor (data pointer, strides)."""
+        self._check(self._lib.flashlab_backward(generation, ctypes.byref(problem), int(deterministic),
                                                 *_pairs(q, k, v, o, lse, d_o, dq, dk, dv), ctypes.c_void_p(stream)))
 
 

@@ -15,8 +15,9 @@ flashlab::attention_backward) with autograd and fake-tensor implementations, so 
     "reference"  plain PyTorch on any device and floating dtype (flashlab/_torch_reference.py):
                  for fp64 gradcheck and for CPU tensors; never chosen by "auto"
 
-and the backward is always the FA2 backward kernel (the reference's own backward for
-"reference"). What a kernel refuses raises KernelRefused (a ValueError) with the kernel's own
+and the backward is the Hopper rung's backward after an "fa3" forward where it takes the head dim
+(up to 128), the FA2 backward kernel otherwise (backward_generation; the reference's own backward
+for "reference"). What a kernel refuses raises KernelRefused (a ValueError) with the kernel's own
 message, naming the input and the allowed range; nothing falls back to another kernel. Kernels run
 on the tensors' device and on torch's current stream there. LSE (return_lse=True) is fp32,
 [batch, heads_q, seqlen_q] ([heads_q, total_q] for varlen), natural log, -inf for a row that sees
@@ -110,13 +111,20 @@ def _attention_forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
                                                                                    dtype=lse_dtype)
 
 
+def backward_generation(forward_generation: int, head_dim: int) -> int:
+    """The backward kernel of a forward generation code: the Hopper rung's backward (3) after its
+    forward where it takes the head dim (up to 128), the FA2 backward (2) otherwise."""
+    return 3 if forward_generation == 3 and head_dim <= 128 else 2
+
+
 @torch.library.custom_op("flashlab::attention_backward", mutates_args=())
 def attention_backward(d_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                        max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
                        window_right: int, deterministic: bool,
                        generation: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv): the FA2 backward kernel (generation 1-3) or the reference's backward (0)."""
+    """(dq, dk, dv): the backward kernel for the forward's generation (1-3; backward_generation) or the
+    reference's backward (0)."""
     if generation == _REFERENCE:
         return _torch_reference.backward(d_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
                                          window_left, window_right)
@@ -124,7 +132,7 @@ def attention_backward(d_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     with _KernelCall(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                      window_left, window_right) as call:
-        call.library.backward(call.problem, deterministic, call.tensor(q), call.tensor(k), call.tensor(v),
+        call.library.backward(backward_generation(generation, q.shape[-1]), call.problem, deterministic, call.tensor(q), call.tensor(k), call.tensor(v),
                               call.tensor(out), call.lse(lse), call.tensor(d_out), call.tensor(dq), call.tensor(dk),
                               call.tensor(dv), call.stream)
     return dq, dk, dv

@@ -111,11 +111,11 @@ int flashlab_sm90_gemm_bf16(const void* a, const void* b, void* c, int m, int n,
 
 /* FA2 Algorithm 2 in double: P from the given LSE, D = rowsum(dO o O), dS = P o (dP - D). dK and
  * dV sum over a KV head's query heads, accumulated in double and stored once. */
-int flashlab_backward(const FlashlabProblem* p, int deterministic, void* q, const int64_t* qs, void* k,
+int flashlab_backward(int generation, const FlashlabProblem* p, int deterministic, void* q, const int64_t* qs, void* k,
                       const int64_t* ks, void* v, const int64_t* vs, void* o, const int64_t* os, float* lse,
                       const int64_t* ls, void* d_o, const int64_t* dos, void* dq, const int64_t* dqs, void* dk,
                       const int64_t* dks, void* dv, const int64_t* dvs, void* stream) {
-  (void)deterministic, (void)stream;
+  (void)generation, (void)deterministic, (void)stream;
   if (refuse_unless_bf16(p)) return FLASHLAB_REFUSED;
   const int group = p->heads_q / p->heads_kv, d = p->head_dim;
   const double scale = scale_of(p);

@@ -58,8 +58,8 @@ def test_declarations_compile_against_the_header(tmp_path):
 @needs_compiler
 def test_a_drifted_declaration_fails_to_compile(tmp_path):
     # The check itself: one parameter type changed, and the compiler says no.
-    drifted = declarations_as_c().replace("int (*check_flashlab_backward)(const FlashlabProblem*, int,",
-                                          "int (*check_flashlab_backward)(const FlashlabProblem*, double,")
+    drifted = declarations_as_c().replace("int (*check_flashlab_backward)(int, const FlashlabProblem*, int,",
+                                          "int (*check_flashlab_backward)(int, const FlashlabProblem*, double,")
     assert drifted != declarations_as_c()
     assert compile_c(drifted, tmp_path, "-c", "-o", "check.o").returncode != 0
 
@@ -105,7 +105,7 @@ def test_status_codes_raise_with_the_library_message(tmp_path):
     (tmp_path / "error").mkdir()
     failing = _abi.KernelLibrary(stub_library(tmp_path / "error", status=_abi.ERROR, message="cudaMalloc failed"))
     with pytest.raises(_abi.KernelError, match="cudaMalloc failed"):
-        failing.backward(problem, False, *[tensor] * 9, 0)
+        failing.backward(2, problem, False, *[tensor] * 9, 0)
     assert issubclass(_abi.KernelRefused, ValueError)
 
 

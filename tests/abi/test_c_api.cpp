@@ -53,6 +53,7 @@ struct Call {
   Tensor d_o = flash(address(6), 64, 4, 64), dq = flash(address(7), 64, 4, 64);
   Tensor dk = flash(address(8), 96, 2, 64), dv = flash(address(9), 96, 2, 64);
   int deterministic = 0;
+  int generation = 2;  // of the backward
   bool null_problem = false, null_q_strides = false;
 
   const FlashlabProblem* problem_pointer() const { return null_problem ? nullptr : &problem; }
@@ -67,8 +68,8 @@ struct Call {
                                       lse.strides, nullptr);
   }
   int backward() {
-    return flashlab_backward(problem_pointer(), deterministic, q.data, q_strides(), k.data, k.strides, v.data, v.strides,
-                             o.data, o.strides, static_cast<float*>(lse.data), lse.strides, d_o.data, d_o.strides,
+    return flashlab_backward(generation, problem_pointer(), deterministic, q.data, q_strides(), k.data, k.strides,
+                             v.data, v.strides, o.data, o.strides, static_cast<float*>(lse.data), lse.strides, d_o.data, d_o.strides,
                              dq.data, dq.strides, dk.data, dk.strides, dv.data, dv.strides, nullptr);
   }
 };
@@ -190,6 +191,9 @@ TEST_CASE("C ABI: a null problem, codes that are not codes, and the scale", "[ab
   REQUIRE_REFUSED(flags.forward_steps(1, 1, 9), "persistent = 9");
   flags.deterministic = 3;
   REQUIRE_REFUSED(flags.backward(), "deterministic = 3");
+  flags.deterministic = 0;
+  flags.generation = 1;
+  REQUIRE_REFUSED(flags.backward(), "generation = 1");
 }
 
 TEST_CASE("C ABI: varlen offsets, host and device, against batch and seqlen", "[abi]") {
