@@ -7,6 +7,7 @@
 #include "kernels/01_fa1_sm75/forward_tiling.hpp"
 #include "kernels/02_fa2_sm80/backward_tiling.hpp"
 #include "kernels/02_fa2_sm80/forward_tiling.hpp"
+#include "kernels/03_fa3_sm90/backward_tiling.hpp"
 #include "kernels/03_fa3_sm90/forward_tiling.hpp"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/dispatch.hpp"
@@ -56,6 +57,11 @@ std::vector<KernelTiling> dispatched_tilings() {
     KernelTiling row = forward_row<fa3::ForwardTiling<kHeadDim>>("fa3", kHopperSharedBytes);
     row.min_shared_limit = kHopperSharedBytes;
     rows.push_back(row);
+  });
+  for_each_head_dim<fa3::kBackwardHeadDims>([&]<int kHeadDim>() {
+    using Tile = fa3::BackwardTiling<kHeadDim>;
+    rows.push_back({"fa3", "backward", kHeadDim, kHopperSharedBytes, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
+                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes});
   });
   return rows;
 }

@@ -27,7 +27,7 @@ struct KernelTiling {
 
 // Every dispatched tiling: per rung, direction and padded head dim, one per shared budget
 // (FA1: Turing's; FA2: an A100's and a Hopper's, where the tiling fits it; the FA2 backward's
-// Hopper tiling includes the sm_90 dQ staging tile; FA3: a Hopper's only).
+// Hopper tiling includes the sm_90 dQ staging tile; FA3, forward and backward: a Hopper's only).
 std::vector<KernelTiling> dispatched_tilings();
 
 // The tilings a device allowing `shared_limit` bytes per block runs: for each rung, direction

@@ -22,6 +22,7 @@ struct BackwardTiling {
   static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
+  static constexpr int kWarps = kThreads / kWarpSize;
   static constexpr int kStages = 2;                     // Q_i, dO_i, LSE_i, D_i of the next block load during this one
   static constexpr int kPanels = kHeadDim / 64;         // 64-column panels of the 128-byte swizzle
   static constexpr bool kDqSplitsColumns = kBlockM == 64;  // else the two slices split the rows
