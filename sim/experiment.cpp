@@ -225,8 +225,9 @@ std::vector<std::string> figure2_assumptions(const std::string& forward, const B
             "(3 e + 8) Tc N d + 8 Tc N"};
   }
   return {"FA2 Algorithm 1 forward, Algorithm 2 backward (dQ read-modify-write in fp32 HBM, as the paper writes it)",
-          "blocks Br x Bc = " + blocks + ": FA2's swapped shape (Br = ceil(M / 4d), Bc = min(Br, d)) shrunk until the "
-              "whole working set fits M = " + std::to_string(sram_bytes) + " B",
+          "blocks Br x Bc = " + blocks + ": forward FA2's swapped shape (Br = ceil(M / 4d), Bc = min(Br, d)), backward "
+              "K/V blocks outside with FA1's (Bc = ceil(M / 4d), Br = min(Bc, d)), each shrunk until the whole working set "
+              "fits M = " + std::to_string(sram_bytes) + " B",
           every_access,
           "per head: forward e (2 + 2 Tr) N d + 4 N; backward (8 + e) N d + 6 e N d + 4 N + (2 e + 8) Tc N d "
           "+ 8 Tc N"};
