@@ -100,6 +100,23 @@ TEST_CASE("the paged closed form equals counted runs on odd sizes and masks, dat
   }
 }
 
+TEST_CASE("a varlen batch reads each sequence's own pages", "[sim][serving][paged]") {
+  // Three sequences decoding one token each against 1000, 37 and 256 cached tokens; pages of 64,
+  // whole-page reads, one split, key blocks of 64 from 0: each sequence reads ceil(len / 64)
+  // pages in full (16 + 1 + 4 = 21) per KV head, 21 x 64 rows of K.
+  Problem problem = gqa_decode();
+  set_varlen(problem, {1, 1, 1}, {1000, 37, 256});
+  RunOptions options = paged(64, PageReads::whole_pages, 64);
+  options.blocks.num_splits = 1;
+  const RunResult result = run_schedule("split_kv", problem, options);
+  CHECK(result.counters[TensorId::page_table].hbm_read_elements == 2 * 21);
+  CHECK(result.counters[TensorId::K].hbm_read_elements == 2 * 21 * 64 * 64);
+  CHECK(closed_form("split_kv", problem, result.blocks, 0, options.kv_cache).tensor == result.counters.tensor);
+  const ServingMetrics m = serving_metrics(problem, result.counters, options.kv_cache);
+  CHECK(m.generated_tokens == 3);
+  CHECK(m.kv_cache_bytes == (1000 + 37 + 256) * 2 * 128 * 2);
+}
+
 TEST_CASE("a paged cache changes no output: the block table only says where pages lie", "[sim][serving][paged]") {
   const PageReads reads = GENERATE(PageReads::valid_rows, PageReads::whole_pages);
   Problem problem = gqa_decode(2);
