@@ -206,11 +206,13 @@ class RunResult:
     serving: Optional[dict] = None  # decode runs: KV bytes per generated token, page-table bytes, ...
 
     def record(self) -> dict:
-        """A flat dict (a DataFrame row): the scalar counters, blocks, bound and roofline."""
+        """A flat dict (a DataFrame row): the scalar counters, blocks, bound, serving metrics and roofline."""
         row = {"schedule": self.schedule, "memory": self.memory, "sram_bytes": self.sram_bytes, **self.blocks}
         row.update({k: v for k, v in self.counters.items() if k != "tensors"})
         row.update({"bound_" + k: v for k, v in self.bound.items()})
         row["closed_form_equal"] = self.closed_form_equal
+        if self.serving:
+            row.update({"serving_" + k: v for k, v in self.serving.items()})
         if self.roofline:
             row["machine"] = self.machine
             row.update({"roofline_" + k: v for k, v in self.roofline.items()})

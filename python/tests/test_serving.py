@@ -23,6 +23,7 @@ def test_paged_cache_reads_the_block_table_and_whole_pages():
     assert valid.serving["kv_bytes_per_token"] == 2 * 1000 * 128 * 2
     assert valid.serving["page_table_bytes"] == 240 and valid.serving["page_reads"] == "valid_rows"
     assert whole.serving["kv_reads_per_cached_byte"] == 3.0
+    assert whole.record()["serving_kv_read_bytes"] == 2 * 3000 * 128 * 2
     contiguous = sim.run("split_kv", _decode(), blocks=(16, 48, 3))
     assert contiguous.serving["page_size"] == 0 and "page_table" not in contiguous.counters["tensors"]
     assert sim.run("fa2", _decode(), blocks=(16, 48)).serving is None
