@@ -92,7 +92,7 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
       Tile d_out = mem.load(x.dO, rows);
       mem.multiply_add(dv_block, p, Transpose::yes, d_out, Transpose::no);
     }
-    mem.store(x.dV, cols, dv_block);
+    write_key_gradient(mem, x, x.dV, cols, dv_block);
   }
 
   // Line 2: load dO, V by blocks, compute dP = (dO V^T) * Z, write dP to HBM.
@@ -149,7 +149,7 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
       Tile q = mem.load(x.Q, rows);
       mem.multiply_add(dk, ds, Transpose::yes, q, Transpose::no, head.scale);
     }
-    mem.store(x.dK, cols, dk);
+    write_key_gradient(mem, x, x.dK, cols, dk);
   }
 }
 

@@ -129,8 +129,8 @@ void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling&
       mem.multiply_add(dk, ds, Transpose::yes, q, Transpose::no, head.scale);
     }
     mem.mark_line(24);
-    mem.store(x.dK, cols, dk);  // line 24
-    mem.store(x.dV, cols, dv);
+    write_key_gradient(mem, x, x.dK, cols, dk);  // line 24
+    write_key_gradient(mem, x, x.dV, cols, dv);
   }
 
   mem.mark_line(26);

@@ -145,8 +145,8 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
       mem.multiply_add(dk, ds, Transpose::yes, q, Transpose::no, head.scale);
     }
     mem.mark_line(18);
-    mem.store(x.dK, cols, dk);  // line 18
-    mem.store(x.dV, cols, dv);
+    write_key_gradient(mem, x, x.dK, cols, dk);  // line 18
+    write_key_gradient(mem, x, x.dV, cols, dv);
   }
 
   mem.mark_line(20);

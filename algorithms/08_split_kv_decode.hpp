@@ -32,6 +32,24 @@
 //
 // HBM scratch: O_partial is [seqlen_q, chunks, head_dim_v] and LSE_partial [seqlen_q, chunks],
 // both fp32, so the combine reads one contiguous run per row.
+//
+// A paged KV cache (PagedKvCache; as serving engines keep it: vLLM's PagedAttention, the
+// block_table of FlashAttention's kvcache kernels): K and V of a sequence live in pages of
+// page_size tokens anywhere in a pool, and a block table of int32 page ids, one per page of the
+// sequence, says where. Line 4 then first reads the block-table entries of the pages that key
+// block j touches (once per KV group, like K_j and V_j), then K_j and V_j through them. What a
+// key block reads of its pages is the kernel's choice (PageReads):
+//   valid_rows  - only the block's own rows (FlashAttention's paged kernels: the row loads are
+//                 predicated, so a split boundary or the sequence end inside a page costs
+//                 nothing): K, V traffic as unpaged, plus the block-table reads;
+//   whole_pages - every page the block touches, in full (vLLM's paged attention: one page per
+//                 iteration, the rows past the sequence end or outside the block masked in
+//                 registers): the rows outside the block are read and dropped (read_unused), so
+//                 a page cut by a split boundary is read by both chunks, the last page in full,
+//                 and a key block narrower than a page re-reads its page.
+// Which physical page holds a logical page changes nothing in a two-level count (HBM has no
+// addresses here), so the model keeps K and V at their logical rows and the block table's ids
+// are the identity; only the page granularity and the table's reads are counted.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +59,7 @@
 #include <vector>
 
 #include "online_softmax.hpp"
+#include "paged_kv_cache.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
@@ -93,8 +112,9 @@ inline HbmMatrix every_nth_row(const HbmMatrix& m, int first_row, int step) {
 // schedule. Held at the peak: the group's Q_i and (m, l, O) state, one K_j, V_j, one S, P.
 template <class Memory>
 void split_kv_forward_group(Memory& mem, std::span<const HeadProblem> heads, const SplitKvTiling& tiling,
-                            std::span<const HeadTensors> xs) {
+                            std::span<const HeadTensors> xs, const PagedKvCache& cache = {}) {
   tiling.validate();
+  cache.validate();
   if (heads.empty() || heads.size() != xs.size()) {
     throw std::invalid_argument("split_kv_forward_group: " + std::to_string(heads.size()) + " heads and " +
                                 std::to_string(xs.size()) + " tensor views; allowed: as many of both, at least one");
@@ -111,6 +131,18 @@ void split_kv_forward_group(Memory& mem, std::span<const HeadProblem> heads, con
   for (std::size_t g = 0; g < group; ++g) {
     O_partial.push_back(scratch.matrix(TensorId::O_partial, DType::fp32, partial_rows, dv));
     LSE_partial.push_back(scratch.matrix(TensorId::LSE_partial, DType::fp32, first_head.seqlen_q, chunks));
+  }
+  // Paged: the block table (int32 ids: 4 bytes, the size of fp32) and K, V as their pages span
+  // them, the last page whole (its rows past the sequence end exist in the pool, unused).
+  const int P = cache.page_size;
+  HbmMatrix page_table, K_pages = xs.front().K, V_pages = xs.front().V;
+  if (cache.paged()) {
+    page_table = scratch.matrix(TensorId::page_table, DType::fp32, cache.pages(first_head.seqlen_k), 1);
+    if constexpr (Memory::with_data) {
+      for (int page = 0; page < page_table.rows; ++page) page_table.at(page, 0) = static_cast<float>(page);
+    }
+    K_pages.rows = V_pages.rows = checked_int(checked_mul(page_table.rows, P, "split_kv: pages x page_size"),
+                                              "split_kv: rows of the paged KV cache");
   }
 
   // Phase 1: every (chunk, query block) independently, FA2 Algorithm 1 restricted to the chunk.
@@ -134,6 +166,19 @@ void split_kv_forward_group(Memory& mem, std::span<const HeadProblem> heads, con
         const auto coverage = first_head.coverage(rows.begin, rows.end(), cols.begin, cols.end());
         if (coverage == HeadProblem::BlockCoverage::empty) continue;  // skipped, not masked
         mem.mark_line(4);
+        if (cache.paged()) {  // line 4, paged: the block table's entries for the pages of block j
+          const int first_page = cols.begin / P, last_page = (cols.end() - 1) / P;
+          { Tile page_ids = mem.load(page_table, {first_page, last_page - first_page + 1}); }
+          if (cache.reads == PageReads::whole_pages) {  // the rest of those pages, read and dropped
+            const Range before{first_page * P, cols.begin - first_page * P};
+            const Range after{cols.end(), (last_page + 1) * P - cols.end()};
+            for (const Range rest : {before, after}) {
+              if (rest.size == 0) continue;
+              mem.read_unused(K_pages, rest);
+              mem.read_unused(V_pages, rest);
+            }
+          }
+        }
         Tile k = mem.load(xs.front().K, cols);  // line 4: once for the group
         Tile v = mem.load(xs.front().V, cols);
         for (std::size_t g = 0; g < group; ++g) {
@@ -176,8 +221,9 @@ void split_kv_forward_group(Memory& mem, std::span<const HeadProblem> heads, con
 
 // One query head on its own (no packing): the group of one.
 template <class Memory>
-void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling, const HeadTensors& x) {
-  split_kv_forward_group(mem, std::span<const HeadProblem>(&head, 1), tiling, std::span<const HeadTensors>(&x, 1));
+void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling, const HeadTensors& x,
+                      const PagedKvCache& cache = {}) {
+  split_kv_forward_group(mem, std::span<const HeadProblem>(&head, 1), tiling, std::span<const HeadTensors>(&x, 1), cache);
 }
 
 }  // namespace flashlab

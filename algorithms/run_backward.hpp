@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "problem.hpp"
@@ -82,10 +83,41 @@ void zero_gradient(Memory& mem, const HbmMatrix& gradient, int block_rows) {
   }
 }
 
+// How the query heads of a KV group (GQA/MQA) combine their dK, dV:
+//   fp32_partials - each head writes its share to an fp32 buffer of its own, then a reduction
+//                   pass reads the g buffers and writes their sum once in the dtype
+//                   (sum_group_gradients; the flash-attention wrappers' expanded dK, dV summed
+//                   over the group);
+//   in_place      - one fp32 accumulator per KV head, zeroed once, that every head adds its
+//                   dK_j, dV_j into with atomics at L2 (no read), then converted once to the
+//                   dtype (in the output itself when the dtype is fp32): FlashAttention-3's GQA
+//                   backward (dk_accum, dv_accum).
+enum class GroupReduction { fp32_partials, in_place };
+inline const char* to_string(GroupReduction reduction) {
+  return reduction == GroupReduction::in_place ? "in_place" : "fp32_partials";
+}
+inline GroupReduction group_reduction_from_string(const std::string& name) {
+  if (name == "fp32_partials") return GroupReduction::fp32_partials;
+  if (name == "in_place") return GroupReduction::in_place;
+  throw std::invalid_argument("dK/dV group reduction '" + name + "' is unknown; allowed: fp32_partials, in_place");
+}
+
+// Writes a head's dK_j (or dV_j): stored, or added into the group's accumulator (in_place).
+template <class Memory>
+void write_key_gradient(Memory& mem, const HeadTensors& x, const HbmMatrix& destination, Range cols, const Tile& gradient) {
+  if (x.add_key_gradients) {
+    mem.atomic_add(destination, cols, gradient);
+  } else {
+    mem.store(destination, cols, gradient);
+  }
+}
+
 // dK_j = 0 and dV_j = 0 written to HBM for the key block `cols`: FA1 Algorithm 4's line 5, block
-// by block, and FA2 Algorithm 2's result for a key block no query sees.
+// by block, and FA2 Algorithm 2's result for a key block no query sees. Nothing to write when
+// the head adds into its group's accumulator, which is zeroed once for the group.
 template <class Memory>
 void zero_key_gradients(Memory& mem, const HeadTensors& x, Range cols) {
+  if (x.add_key_gradients) return;
   Tile dk_zero = mem.zeros(TensorId::dK, cols, {0, x.dK.cols});
   mem.store(x.dK, cols, dk_zero);
   Tile dv_zero = mem.zeros(TensorId::dV, cols, {0, x.dV.cols});

@@ -25,6 +25,7 @@ const char* to_string(TensorId id) {
     case TensorId::A: return "A";
     case TensorId::X: return "X";
     case TensorId::Y: return "Y";
+    case TensorId::page_table: return "page_table";
     case TensorId::count: break;
   }
   return "?";

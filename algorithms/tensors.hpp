@@ -22,6 +22,7 @@ enum class TensorId : std::uint8_t {
   O_partial, LSE_partial,     // split-KV decoding: one partial output per KV chunk
   A,                          // Saha-Ye: A = exp(S) written to HBM
   X, Y,                       // the softmax lab: input and output vectors
+  page_table,                 // a paged KV cache's block table: one int32 page id per page
   count
 };
 constexpr int kTensorCount = static_cast<int>(TensorId::count);
@@ -117,6 +118,10 @@ struct AttentionTensors {
 struct HeadTensors {
   HbmMatrix Q, K, V, O, LSE;
   HbmMatrix dO, dQ, dK, dV;
+  // Backward passes with GQA/MQA (run_backward.hpp, GroupReduction::in_place): dK and dV are
+  // fp32 accumulators shared by the query heads of a KV group, zeroed once, that each head adds
+  // its share into with atomics instead of storing it.
+  bool add_key_gradients = false;
 };
 
 }  // namespace flashlab

@@ -286,6 +286,15 @@ class TileMemory {
   }
   FLASHLAB_HOT_INLINE Tile load(const HbmMatrix& source, Range rows) { return load(source, rows, {0, source.cols}); }
 
+  // Rows of an HBM tensor that are read but never used: a kernel that loads whole pages of a paged
+  // KV cache (08_split_kv_decode.hpp) reads the rows of a page outside its key block too and
+  // masks them in registers. Counted as HBM reads and one transfer; never held in SRAM, never
+  // computed on, so nothing reaches a data run's math.
+  FLASHLAB_HOT_INLINE void read_unused(const HbmMatrix& source, Range rows) {
+    check_window(source, rows, {0, source.cols}, "read_unused");
+    count_hbm(source, static_cast<std::int64_t>(rows.size) * source.cols, /*write=*/false);
+  }
+
   // Writes a tile to rows x cols of an HBM tensor, rounding to the tensor's dtype.
   FLASHLAB_HOT_INLINE void store(const HbmMatrix& destination, Range rows, Range cols, const Tile& tile) {
     check_window(destination, rows, cols, "store");

@@ -42,12 +42,14 @@ void add_write(Counters& c, TensorId id, Count elements, Count element_size, Cou
 struct Head {
   Count nq, nk, d, dv, e;  // e: element bytes of the dtype
   Count grad_kv_bytes;     // element bytes of the dK, dV a backward head writes (fp32 in a GQA group)
+  bool adds_key_gradients; // GroupReduction::in_place: dK_j, dV_j added once into the group's accumulator
   Mask mask;
   const BlockSparsity* sparsity = nullptr;
 
-  Head(const Problem& p, int batch_index, bool grouped)
+  Head(const Problem& p, int batch_index, bool grouped, GroupReduction reduction = GroupReduction::fp32_partials)
       : nq(p.seqlen_q_of(batch_index)), nk(p.seqlen_k_of(batch_index)), d(p.head_dim), dv(p.value_dim()),
-        e(element_bytes(p.dtype)), grad_kv_bytes(grouped ? kStatBytes : element_bytes(p.dtype)), mask(p.mask),
+        e(element_bytes(p.dtype)), grad_kv_bytes(grouped ? kStatBytes : element_bytes(p.dtype)),
+        adds_key_gradients(grouped && reduction == GroupReduction::in_place), mask(p.mask),
         sparsity(p.block_sparsity.enabled() ? &p.block_sparsity : nullptr) {}
 
   // Does block rows [r0, r1) x keys [c0, c1) contain a visible score? Query i sees key j iff
@@ -184,13 +186,15 @@ void dq_initialise_and_convert(Counters& c, const Head& h, Count Br) {
 
 // FA1 backward (FA1 Algorithm 4; 06_fa1_backward.hpp). Every (j, i) step reads Q_i, O_i, dO_i,
 // dQ_i (fp32), l_i, m_i and writes dQ_i; K_j, V_j read once, dK_j, dV_j written twice (zeroed
-// at line 5, written at line 24). Nothing is skipped.
+// at line 5, written at line 24; added once into the group's accumulator with in_place). Nothing
+// is skipped.
 Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
   Counters c;
   dq_initialise_and_convert(c, h, b.block_rows);
   for_blocks(h.nk, b.block_cols, [&](Count, Count cols) {
-    add_write(c, TensorId::dK, 2 * cols * h.d, h.grad_kv_bytes, 2);
-    add_write(c, TensorId::dV, 2 * cols * h.dv, h.grad_kv_bytes, 2);
+    const Count writes = h.adds_key_gradients ? 1 : 2;
+    add_write(c, TensorId::dK, writes * cols * h.d, h.grad_kv_bytes, writes);
+    add_write(c, TensorId::dV, writes * cols * h.dv, h.grad_kv_bytes, writes);
     add_read(c, TensorId::K, cols * h.d, h.e, 1);
     add_read(c, TensorId::V, cols * h.dv, h.e, 1);
     for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
@@ -211,7 +215,7 @@ Counters fa1_backward_head(const Head& h, const BlockSizes& b) {
 // FA2 backward (FA2 Algorithm 2; 07_fa2_backward.hpp). D = rowsum(dO * O) once (dO, O read,
 // D written); per key block with a visible query block: K_j, V_j read once, dK_j, dV_j written
 // once; per visible (j, i): Q_i, dO_i, LSE_i, D_i read and dQ_i (fp32) read and written. A key
-// block no query sees writes dK_j = dV_j = 0 without loading anything.
+// block no query sees writes dK_j = dV_j = 0 without loading anything (in_place: adds nothing).
 // The atomic variant (fa2_backward_atomic) adds into dQ_i at L2 with atomics: the write stays,
 // the read goes.
 Counters fa2_backward_head(const Head& h, const BlockSizes& b, bool atomic_dq) {
@@ -223,8 +227,6 @@ Counters fa2_backward_head(const Head& h, const BlockSizes& b, bool atomic_dq) {
     add_write(c, TensorId::D, rows, kStatBytes, 1);
   });
   for_blocks(h.nk, b.block_cols, [&](Count c0, Count cols) {
-    add_write(c, TensorId::dK, cols * h.d, h.grad_kv_bytes, 1);
-    add_write(c, TensorId::dV, cols * h.dv, h.grad_kv_bytes, 1);
     bool any = false;
     for_blocks(h.nq, b.block_rows, [&](Count r0, Count rows) {
       if (!h.visible(r0, r0 + rows, c0, c0 + cols)) return;
@@ -241,6 +243,10 @@ Counters fa2_backward_head(const Head& h, const BlockSizes& b, bool atomic_dq) {
     if (any) {
       add_read(c, TensorId::K, cols * h.d, h.e, 1);
       add_read(c, TensorId::V, cols * h.dv, h.e, 1);
+    }
+    if (any || !h.adds_key_gradients) {
+      add_write(c, TensorId::dK, cols * h.d, h.grad_kv_bytes, 1);
+      add_write(c, TensorId::dV, cols * h.dv, h.grad_kv_bytes, 1);
     }
   });
   return c;
@@ -278,8 +284,22 @@ Counters standard_backward_head(const Head& h, const BlockSizes& b) {
 // O and LSE. With GQA/MQA the query heads of a KV head are packed: the K, V reads are those of
 // one head, made once per KV head (part kv_per_kv_head); everything else once per query head
 // (part per_query_head).
+// A paged cache of P-token pages: each K, V block read [c0, c0 + cols) first reads the int32 ids of
+// pages floor(c0 / P) .. floor((c0 + cols - 1) / P); whole-page reads add those pages' rows before
+// c0 and from c0 + cols to the end of the last page, for K and for V (one transfer per side).
 enum class SplitKvPart { per_query_head, kv_per_kv_head };
-Counters split_kv_head(const Head& h, const BlockSizes& b, SplitKvPart part) {
+void paged_block_reads(Counters& c, const Head& h, const PagedKvCache& cache, Count c0, Count cols) {
+  if (!cache.paged()) return;
+  const Count P = cache.page_size, first = c0 / P, last = (c0 + cols - 1) / P;
+  add_read(c, TensorId::page_table, last - first + 1, 4, 1);  // int32 page ids
+  if (cache.reads != PageReads::whole_pages) return;
+  for (const Count rest : {c0 - first * P, (last + 1) * P - (c0 + cols)}) {
+    if (rest == 0) continue;
+    add_read(c, TensorId::K, rest * h.d, h.e, 1);
+    add_read(c, TensorId::V, rest * h.dv, h.e, 1);
+  }
+}
+Counters split_kv_head(const Head& h, const BlockSizes& b, SplitKvPart part, const PagedKvCache& cache = {}) {
   Counters c;
   const bool kv = part == SplitKvPart::kv_per_kv_head;
   const Count splits = b.num_splits > 0 ? b.num_splits : 4;
@@ -292,6 +312,7 @@ Counters split_kv_head(const Head& h, const BlockSizes& b, SplitKvPart part) {
         const Count cols = std::min<Count>(b.block_cols, end - c0);
         if (!h.visible(r0, r0 + rows, c0, c0 + cols)) continue;
         if (kv) {
+          paged_block_reads(c, h, cache, c0, cols);
           add_read(c, TensorId::K, cols * h.d, h.e, 1);
           add_read(c, TensorId::V, cols * h.dv, h.e, 1);
         } else {
@@ -363,9 +384,10 @@ Counters square_tiling_head(const Head& h, const BlockSizes& b) {
   return c;
 }
 
-// The GQA/MQA reduction of one backward group (run_backward.hpp): g fp32 parts of dK and dV
-// read, their sum written in the problem's dtype, by blocks of rows that fit the SRAM.
-Counters group_reduction(const Head& h, Count group, Count sram_bytes) {
+// The GQA/MQA reduction of one backward group (run_backward.hpp, GroupReduction::fp32_partials):
+// g fp32 parts of dK and dV read, their sum written in the problem's dtype, by blocks of rows
+// that fit the SRAM.
+Counters group_partials_sum(const Head& h, Count group, Count sram_bytes) {
   Counters c;
   const auto reduce = [&](TensorId id, Count dim) {
     const Count block = group_reduction_block_rows(sram_bytes.value(), static_cast<int>(dim.value()));
@@ -375,6 +397,23 @@ Counters group_reduction(const Head& h, Count group, Count sram_bytes) {
   };
   reduce(TensorId::dK, h.d);
   reduce(TensorId::dV, h.dv);
+  return c;
+}
+
+// GroupReduction::in_place: the group's fp32 accumulators zeroed once, and converted once to the
+// dtype (not when the dtype is fp32: accumulated in the output), by the same row blocks.
+Counters group_accumulation(const Head& h, Count sram_bytes) {
+  Counters c;
+  const auto accumulate = [&](TensorId id, Count dim) {
+    const Count block = group_reduction_block_rows(sram_bytes.value(), static_cast<int>(dim.value()));
+    const Count blocks = ceil_div(h.nk, block);
+    add_write(c, id, h.nk * dim, kStatBytes, blocks);
+    if (h.e == kStatBytes) return;
+    add_read(c, id, h.nk * dim, kStatBytes, blocks);
+    add_write(c, id, h.nk * dim, h.e, blocks);
+  };
+  accumulate(TensorId::dK, h.d);
+  accumulate(TensorId::dV, h.dv);
   return c;
 }
 
@@ -505,8 +544,10 @@ BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int
 
 }  // namespace
 
-Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks, std::int64_t sram_bytes) {
+Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks, std::int64_t sram_bytes,
+                     const PagedKvCache& kv_cache, GroupReduction group_reduction) {
   problem.validate();
+  kv_cache.validate();
   find_schedule(schedule);
   const bool backward = find_schedule(schedule).pass == Pass::backward;
   const std::int64_t group = problem.group_size();
@@ -516,10 +557,16 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
   const std::int64_t copies = problem.varlen() ? 1 : problem.batch;
   Counters total;
   for (int b = 0; b < sequences; ++b) {
-    const Head head(problem, b, backward && group > 1);
+    const Head head(problem, b, backward && group > 1, group_reduction);
     Counters sequence = scaled(closed_form_head(schedule, head, blocks), problem.heads_q);
-    if (schedule == "split_kv") sequence += scaled(split_kv_head(head, blocks, SplitKvPart::kv_per_kv_head), problem.heads_kv);
-    if (backward && group > 1) sequence += scaled(group_reduction(head, group, sram_bytes), problem.heads_kv);
+    if (schedule == "split_kv") {
+      sequence += scaled(split_kv_head(head, blocks, SplitKvPart::kv_per_kv_head, kv_cache), problem.heads_kv);
+    }
+    if (backward && group > 1) {
+      const Counters combine = group_reduction == GroupReduction::in_place ? group_accumulation(head, sram_bytes)
+                                                                           : group_partials_sum(head, group, sram_bytes);
+      sequence += scaled(combine, problem.heads_kv);
+    }
     total += scaled(sequence, copies);
   }
   return total;

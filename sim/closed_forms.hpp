@@ -24,8 +24,14 @@ namespace flashlab::sim {
 // other_flops and sram_peak_bytes are left 0 (see working_set_bytes for the peak). Masks:
 // none, causal (both alignments), sliding windows and block sparsity; softcap adds exponentials
 // not counted here.
+// kv_cache: split_kv's paged KV cache (08_split_kv_decode.hpp): per key block of a KV group, one
+// int32 block-table entry per page it touches, and with whole-page reads the rest of those pages.
+// group_reduction: backward passes with GQA/MQA, fp32 parts per query head then the reduction
+// (fp32_partials), or one fp32 accumulator per KV head added into with atomics, zeroed before and
+// converted after (in_place; FA1's line-5 zeroing and FA2's zeros for unseen key blocks go).
 Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks,
-                     std::int64_t sram_bytes = 0);
+                     std::int64_t sram_bytes = 0, const PagedKvCache& kv_cache = {},
+                     GroupReduction group_reduction = GroupReduction::fp32_partials);
 
 // The SRAM a schedule holds at its peak on an unmasked problem with these block sizes, in bytes
 // (a masked problem never needs more).

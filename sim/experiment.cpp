@@ -195,6 +195,44 @@ double perfect_cache_bytes(const Counters& c, const Problem& p) {
   return total;
 }
 
+// What one row of Figure 2 assumes, with the blocks it ran: the algorithms, the block rule, what
+// is kept where, and the per-head count in closed form (N = 1024, d = 64, e = 2 bytes; Tr, Tc:
+// query and key blocks; tests/sim/test_figure2.cpp holds every number to these formulas).
+std::vector<std::string> figure2_assumptions(const std::string& forward, const BlockSizes& f, const BlockSizes& b,
+                                             std::int64_t sram_bytes) {
+  const std::string blocks = std::to_string(f.block_rows) + " x " + std::to_string(f.block_cols) + " forward, " +
+                             std::to_string(b.block_rows) + " x " + std::to_string(b.block_cols) + " backward";
+  const std::string every_access = "every global-memory access counted: no L2 or other cache between SRAM and HBM";
+  if (forward == "standard") {
+    return {"FA1 Algorithm 0 forward, Algorithm 3 backward from P (the residual pass that writes P is the forward's)",
+            "blocks Br x Bc = " + blocks + ": the largest square blocks up to d whose whole rows fit M = " +
+                std::to_string(sram_bytes) + " B (forward: rows of S and P, 2 e Br N + 12 Br bytes; backward: rows of "
+                "P, dP and dS, 3 e Br N + 4 Br)",
+            "mask fused into S and no dropout kernel: 11 N x N passes, 4 forward (S and P written and read once) and 7 "
+            "backward (P read twice, dP written and read, dS written once and read twice)",
+            "Q, K, V re-read once per query block of the forward; Q, K, V, dO once per block of the backward",
+            every_access,
+            "per head: forward e (2 + 2 Tr) N d + 4 e N^2 + 4 N; backward e (7 N^2 + (2 Tr + 2 Tc + 4) N d)"};
+  }
+  if (forward == "fa1") {
+    return {"FA1 Algorithm 1 forward, Algorithm 4 backward",
+            "blocks Br x Bc = " + blocks + ": the paper's shape (Bc = ceil(M / 4d), Br = min(Bc, d)) shrunk until the "
+                "whole working set fits M = " + std::to_string(sram_bytes) + " B",
+            "the running O, l, m (forward) and dQ (backward) in fp32 in HBM, read and written once per key block; dK, dV "
+            "zeroed (line 5) and written (line 24)",
+            every_access,
+            "per head: forward e (Tc + 2) N d + (8 Tc + e) N d + 4 N (4 Tc + 3); backward (8 + e) N d + 6 e N d + "
+            "(3 e + 8) Tc N d + 8 Tc N"};
+  }
+  return {"FA2 Algorithm 1 forward, Algorithm 2 backward (dQ read-modify-write in fp32 HBM, as the paper writes it)",
+          "blocks Br x Bc = " + blocks + ": forward FA2's swapped shape (Br = ceil(M / 4d), Bc = min(Br, d)), backward "
+              "K/V blocks outside with FA1's (Bc = ceil(M / 4d), Br = min(Bc, d)), each shrunk until the whole working set "
+              "fits M = " + std::to_string(sram_bytes) + " B",
+          every_access,
+          "per head: forward e (2 + 2 Tr) N d + 4 N; backward (8 + e) N d + 6 e N d + 4 N + (2 e + 8) Tc N d "
+          "+ 8 Tc N"};
+}
+
 }  // namespace
 
 nlohmann::json run_figure2(const Machine& a100, std::ostream& out) {
@@ -220,6 +258,7 @@ nlohmann::json run_figure2(const Machine& a100, std::ostream& out) {
                 "perfect cache", "paper", "GFLOPs", "roofline", "blocks (fwd; bwd)");
   out << header;
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::pair<std::string, std::vector<std::string>>> assumptions;
   for (const Pair& pair : pairs) {
     RunOptions options;
     options.sram_bytes = a100.sram_bytes;
@@ -249,8 +288,17 @@ nlohmann::json run_figure2(const Machine& a100, std::ostream& out) {
                     {"roofline", to_json(r)},
                     {"forward_blocks", to_json(forward.blocks)},
                     {"backward_blocks", to_json(backward.blocks)}});
+    std::vector<std::string> assumed = figure2_assumptions(pair.forward, forward.blocks, backward.blocks, a100.sram_bytes);
+    rows.back()["assumes"] = assumed;
+    assumptions.emplace_back(pair.label, std::move(assumed));
+  }
+  for (const auto& [label, assumed] : assumptions) {
+    out << label << " assumes:\n";
+    for (const std::string& line : assumed) out << "  - " << line << "\n";
   }
   out << "perfect cache: every tensor read and written at most once in full (what an L2 that held every re-read would leave)\n"
+      << "the paper measured DRAM traffic of its kernels and PyTorch's unfused pipeline; these count the schedules as "
+         "stated above (see docs/simulator.md)\n"
       << "paper (FA1 Figure 2, A100): standard 40.3 GB, 66.6 GFLOPs, 41.7 ms; FlashAttention 4.4 GB, 75.2 GFLOPs, 7.3 ms"
          " (see docs/simulator.md for what matches and why)\n";
   return rows;

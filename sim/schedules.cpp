@@ -140,7 +140,7 @@ std::vector<ScheduleInfo> make_registry() {
                          tiling.block_rows = call.blocks.block_rows;
                          tiling.block_cols = call.blocks.block_cols;
                          tiling.num_splits = call.blocks.num_splits > 0 ? call.blocks.num_splits : tiling.num_splits;
-                         split_kv_forward_group(mem, call.group_heads, tiling, call.group_x);
+                         split_kv_forward_group(mem, call.group_heads, tiling, call.group_x, call.kv_cache);
                        }));
   list.push_back(entry({.name = "block_sparse",
                         .source = "algorithms/09_block_sparse.hpp",
@@ -176,7 +176,7 @@ template <class Memory>
 Counters run_heads(const ScheduleInfo& info, std::span<const HeadProblem> heads, const BlockSizes& blocks,
                    std::span<const HeadTensors> xs, const Problem& problem, const RunOptions& options) {
   Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-  const HeadCall call{heads.front(), blocks, xs.front(), Memory::with_data, heads, xs};
+  const HeadCall call{heads.front(), blocks, xs.front(), Memory::with_data, heads, xs, options.kv_cache};
   if constexpr (Memory::with_data) {
     info.run_data(mem, call);
   } else {
@@ -208,6 +208,12 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
   if (options.blocks.num_splits < 0 || options.blocks.num_splits > kMaxSequenceLength) {
     throw std::invalid_argument("num_splits = " + std::to_string(options.blocks.num_splits) + "; allowed: 1.." +
                                 std::to_string(kMaxSequenceLength) + " (0: 4)");
+  }
+  options.kv_cache.validate();
+  if (options.kv_cache.paged() && info.pass != Pass::decode) {
+    throw std::invalid_argument("schedule '" + info.name + "': a paged KV cache (page_size " +
+                                std::to_string(options.kv_cache.page_size) +
+                                ") is modelled for the decode schedule only; allowed: split_kv, or page_size 0");
   }
   if (options.blocks.given()) {
     const auto in_range = [](int size) { return size >= 1 && size <= kMaxSequenceLength; };
@@ -387,6 +393,31 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
   }
   Counters total;
   HbmScratch group_buffers(Memory::with_data);
+  if (grouped && options.group_reduction == GroupReduction::in_place) {
+    // One fp32 dK, dV per KV head: zeroed, added into by every head, converted once (run_backward.hpp).
+    const HeadTensors outputs = views(first_head + heads - 1);
+    const HbmMatrix dK = fp32_gradient_accumulator(group_buffers, outputs.dK);
+    const HbmMatrix dV = fp32_gradient_accumulator(group_buffers, outputs.dV);
+    const int dk_rows = group_reduction_block_rows(options.sram_bytes, dK.cols);
+    const int dv_rows = group_reduction_block_rows(options.sram_bytes, dV.cols);
+    {
+      Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
+      zero_gradient(mem, dK, dk_rows);
+      zero_gradient(mem, dV, dv_rows);
+      total += mem.counters();
+    }
+    for (int h = first_head; h < first_head + heads; ++h) {
+      HeadTensors x = views(h);
+      x.dK = dK, x.dV = dV, x.add_key_gradients = true;
+      total += run_one_head<Memory>(info, head_problem(problem, b, h), blocks, x, problem, options);
+      ++heads_run;
+    }
+    Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
+    convert_gradient(mem, dK, outputs.dK, dk_rows);
+    convert_gradient(mem, dV, outputs.dV, dv_rows);
+    total += mem.counters();
+    return total;
+  }
   std::vector<HbmMatrix> dk_parts, dv_parts;
   for (int h = first_head; h < first_head + heads; ++h) {
     HeadTensors x = views(h);

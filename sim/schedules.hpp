@@ -42,7 +42,9 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/paged_kv_cache.hpp"
 #include "algorithms/problem.hpp"
+#include "algorithms/run_backward.hpp"
 #include "algorithms/tensors.hpp"
 #include "algorithms/tile_memory.hpp"
 
@@ -80,6 +82,9 @@ struct RunOptions {
   TraceSink* trace = nullptr;    // receives the events of every head that is run
   std::uint64_t seed = 1;        // data runs without caller tensors: the inputs' seed
   bool every_head = false;       // shape runs: run every head instead of one per class
+  PagedKvCache kv_cache;         // split_kv only: the KV cache's pages (page_size 0: contiguous)
+  // Backward passes with GQA/MQA: how a group's dK, dV are combined (run_backward.hpp).
+  GroupReduction group_reduction = GroupReduction::fp32_partials;
 };
 
 struct RunResult {
@@ -121,6 +126,7 @@ struct ScheduleInfo::HeadCall {
   // shares_kv_in_group schedules: every query head of the KV group (head, x are the first).
   std::span<const HeadProblem> group_heads = {};
   std::span<const HeadTensors> group_x = {};
+  PagedKvCache kv_cache = {};  // split_kv: the KV cache's layout (RunOptions::kv_cache)
 };
 
 const std::vector<ScheduleInfo>& schedules();

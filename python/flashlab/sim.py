@@ -203,13 +203,16 @@ class RunResult:
     roofline: Optional[dict] = None
     block_rule: str = "fitting"  # how the blocks came: "given", "fitting" or "paper"
     arena_bytes: int = 0         # the SRAM arena of the run: M, or the paper rule's working set
+    serving: Optional[dict] = None  # decode runs: KV bytes per generated token, page-table bytes, ...
 
     def record(self) -> dict:
-        """A flat dict (a DataFrame row): the scalar counters, blocks, bound and roofline."""
+        """A flat dict (a DataFrame row): the scalar counters, blocks, bound, serving metrics and roofline."""
         row = {"schedule": self.schedule, "memory": self.memory, "sram_bytes": self.sram_bytes, **self.blocks}
         row.update({k: v for k, v in self.counters.items() if k != "tensors"})
         row.update({"bound_" + k: v for k, v in self.bound.items()})
         row["closed_form_equal"] = self.closed_form_equal
+        if self.serving:
+            row.update({"serving_" + k: v for k, v in self.serving.items()})
         if self.roofline:
             row["machine"] = self.machine
             row.update({"roofline_" + k: v for k, v in self.roofline.items()})
@@ -236,16 +239,28 @@ def _given_blocks(blocks: Blocks) -> BlockSizes:
 
 def run(schedule: str, problem: Problem, *, sram: Optional[Sram] = None, blocks: Blocks = None,
         machine: Optional[str] = None, memory: str = "shape", seed: int = 1, every_head: bool = False,
-        block_rule: str = "fitting") -> RunResult:
+        block_rule: str = "fitting", page_size: int = 0, page_reads: str = "valid_rows",
+        dkv_reduction: str = "fp32_partials") -> RunResult:
     """Runs a schedule on a problem with a memory model ("shape": shapes only, O(tiles); "data":
     real values) and returns its counters. Block sizes are derived from the SRAM size M unless
     given (then M only bounds the arena; 0 = unbounded); M defaults to the machine preset's.
     block_rule: "fitting" (the paper's shape shrunk until the working set fits M) or "paper" (the
-    paper's rule as written; the arena grows to its working set); the result says which ran."""
+    paper's rule as written; the arena grows to its working set); the result says which ran.
+    page_size (split_kv only): a paged KV cache of that many tokens per page (0: contiguous), whose
+    block table's reads are counted as the tensor "page_table"; page_reads: "valid_rows" (a key
+    block reads only its own rows, as FlashAttention's paged kernels) or "whole_pages" (every page it
+    touches, in full, as vLLM's paged attention). Decode runs carry `serving`: KV bytes per
+    generated token, page-table bytes, HBM bytes per token per layer (docs/simulator.md).
+    dkv_reduction (backward passes with GQA/MQA): "fp32_partials" (fp32 dK, dV per query head,
+    then a reduction pass) or "in_place" (one fp32 accumulator per KV head, added into with
+    atomics, converted once)."""
     b = _given_blocks(blocks)
     m = _run_sram(sram, b, machine)
+    if page_reads not in ("valid_rows", "whole_pages"):
+        raise ValueError(f"page_reads = {page_reads!r}; allowed: 'valid_rows', 'whole_pages'")
     record = _core.run(schedule, problem, memory, m, b, _integer("seed", seed, *_UINT64, storage=_UINT64),
-                       bool(every_head), machine or "", MACHINES_DIR, str(block_rule))
+                       bool(every_head), machine or "", MACHINES_DIR, str(block_rule),
+                       _integer("page_size", page_size, 0, 1 << 16), str(page_reads), str(dkv_reduction))
     return RunResult(**record)
 
 

@@ -21,6 +21,7 @@
 #include "sim/machines.hpp"
 #include "sim/report.hpp"
 #include "sim/schedules.hpp"
+#include "sim/serving.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 
@@ -74,7 +75,8 @@ json run_json(const std::string& schedule, const Problem& problem, const RunOpti
   const double heads = static_cast<double>(problem.batch) * problem.heads_q;
   Bound bound = schedule_bound(schedule, problem, options.sram_bytes);
   bound.elements *= heads;
-  const Counters expected = closed_form(schedule, problem, result.blocks, result.arena_bytes);
+  const Counters expected =
+      closed_form(schedule, problem, result.blocks, result.arena_bytes, options.kv_cache, options.group_reduction);
   json record{{"schedule", schedule},
               {"memory", sim::to_string(options.memory)},
               {"sram_bytes", options.sram_bytes},
@@ -92,6 +94,10 @@ json run_json(const std::string& schedule, const Problem& problem, const RunOpti
   if (machine) {
     record["machine"] = machine->key;
     record["roofline"] = sim::to_json(roofline(result.counters, *machine));
+  }
+  record["serving"] = nullptr;
+  if (find_schedule(schedule).pass == Pass::decode) {
+    record["serving"] = sim::to_json(serving_metrics(problem, result.counters, options.kv_cache));
   }
   return record;
 }
@@ -293,10 +299,14 @@ void bind_sim(nb::module_& m) {
 
   m.def("run", [](const std::string& schedule, const Problem& problem, const std::string& memory, std::int64_t sram_bytes,
                   const BlockSizes& blocks, std::uint64_t seed, bool every_head, const std::string& machine_key,
-                  const std::string& machines_dir, const std::string& block_rule) {
+                  const std::string& machines_dir, const std::string& block_rule, int page_size,
+                  const std::string& page_reads, const std::string& dkv_reduction) {
     const std::optional<Machine> machine = optional_machine(machine_key, machines_dir);
     RunOptions options = run_options(memory, sram_bytes, blocks, seed, every_head);
     options.block_rule = block_rule_from_string(block_rule);
+    options.kv_cache.page_size = page_size;
+    options.kv_cache.reads = page_reads_from_string(page_reads);
+    options.group_reduction = group_reduction_from_string(dkv_reduction);
     json record;
     {
       nb::gil_scoped_release release;
@@ -304,7 +314,8 @@ void bind_sim(nb::module_& m) {
     }
     return to_python(record);
   }, nb::arg("schedule"), nb::arg("problem"), nb::arg("memory"), nb::arg("sram_bytes"), nb::arg("blocks"), nb::arg("seed"),
-     nb::arg("every_head"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("block_rule") = "fitting");
+     nb::arg("every_head"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("block_rule") = "fitting",
+     nb::arg("page_size") = 0, nb::arg("page_reads") = "valid_rows", nb::arg("dkv_reduction") = "fp32_partials");
 
   m.def("check", [](const std::string& schedule, const Problem& problem, std::int64_t sram_bytes, std::uint64_t seed) {
     json record;

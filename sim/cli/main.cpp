@@ -48,6 +48,7 @@
 #include "sim/progress.hpp"
 #include "sim/report.hpp"
 #include "sim/schedules.hpp"
+#include "sim/serving.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 
@@ -172,14 +173,63 @@ struct ProblemOptions {
 };
 
 // ---------------------------------------------------------------------------------------------
+// The modelling choices of `flashlab run`: the KV cache's pages (split_kv only;
+// 08_split_kv_decode.hpp) and the backward's dK/dV group reduction (run_backward.hpp).
+struct KvCacheOptions {
+  int page_size = 0;
+  std::string page_reads = "valid_rows";
+  std::string dkv_reduction = "fp32_partials";
+
+  void add_to(CLI::App& app) {
+    add_decimal_option(app, "--page-size", page_size,
+                       "split_kv: paged KV cache, tokens per page (0: contiguous; e.g. 16..256)", 0, PagedKvCache::kMaxPageSize);
+    app.add_option("--page-reads", page_reads,
+                   "paged KV cache: valid_rows (only a key block's rows, as FlashAttention's paged kernels; default) or "
+                   "whole_pages (every page a key block touches, in full, as vLLM's paged attention)");
+    app.add_option("--dkv-reduction", dkv_reduction,
+                   "backward passes with GQA/MQA: fp32_partials (fp32 dK, dV per query head, then a reduction pass; "
+                   "default) or in_place (one fp32 accumulator per KV head, added into with atomics, then converted)");
+  }
+  GroupReduction reduction(const ScheduleInfo& info, bool given) const {
+    GroupReduction reduction;
+    try {
+      reduction = group_reduction_from_string(dkv_reduction);
+    } catch (const std::invalid_argument& error) {
+      throw BadInput(std::string("--dkv-reduction: ") + error.what());
+    }
+    if (given && info.pass != Pass::backward) {
+      throw BadInput("--dkv-reduction with schedule '" + info.name + "'; allowed: backward schedules only");
+    }
+    return reduction;
+  }
+  PagedKvCache cache(const ScheduleInfo& info, bool reads_given) const {
+    PagedKvCache cache;
+    cache.page_size = page_size;
+    try {
+      cache.reads = page_reads_from_string(page_reads);
+    } catch (const std::invalid_argument& error) {
+      throw BadInput(std::string("--page-reads: ") + error.what());
+    }
+    if (page_size > 0 && info.pass != Pass::decode) {
+      throw BadInput("--page-size " + std::to_string(page_size) + " with schedule '" + info.name +
+                     "'; allowed: a paged KV cache with the decode schedule split_kv only");
+    }
+    if (page_size == 0 && reads_given) throw BadInput("--page-reads needs --page-size N (N >= 1)");
+    return cache;
+  }
+};
+
 int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool dtype_given, const std::string& json_path,
-                const std::string& command) {
+                const std::string& command, const KvCacheOptions& kv_options, bool page_reads_given,
+                bool reduction_given) {
   require_writable(json_path);
   std::optional<Machine> machine;
   if (!po.machine.empty()) machine = find_machine(po.machine);
   const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
   RunOptions options = po.run_options(machine ? &*machine : nullptr);
   const ScheduleInfo& info = find_schedule(schedule);
+  options.kv_cache = kv_options.cache(info, page_reads_given);
+  options.group_reduction = kv_options.reduction(info, reduction_given);
   options.memory = data ? MemoryKind::data : MemoryKind::shape;
   // The limits hold the whole command: with --data, the oracle's memory comes on top of the run's.
   RunCost cost = run_cost(schedule, problem, options);
@@ -203,7 +253,8 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
                                                           : "")
             << "\n\n";
   print_counters(std::cout, result.counters);
-  const Counters expected = closed_form(schedule, problem, result.blocks, result.arena_bytes);
+  const Counters expected =
+      closed_form(schedule, problem, result.blocks, result.arena_bytes, options.kv_cache, options.group_reduction);
   const bool exact = expected.tensor == result.counters.tensor;
   std::cout << "closed form     " << human_bytes(static_cast<double>(expected.hbm_bytes()))
             << (exact ? " (equal, per tensor)" : " (DIFFERS)") << "\n";
@@ -218,7 +269,16 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
                       {"memory", to_string(options.memory)}, {"counters", to_json(result.counters)},
                       {"closed_form_equal", exact}, {"seconds", seconds}, {"block_rule", result.block_rule},
                       {"arena_bytes", result.arena_bytes}};
+  if (info.pass == Pass::backward && problem.group_size() > 1) {
+    std::cout << "dK/dV reduction " << to_string(options.group_reduction) << " over groups of " << problem.group_size() << "\n";
+    json["dkv_reduction"] = to_string(options.group_reduction);
+  }
   if (!bound.warning.empty()) json["bound_warning"] = bound.warning;
+  if (info.pass == Pass::decode) {  // what a serving engine reports per generated token
+    const ServingMetrics serving = serving_metrics(problem, result.counters, options.kv_cache);
+    print_serving(std::cout, serving);
+    json["serving"] = to_json(serving);
+  }
   if (machine) {
     const Roofline r = roofline(result.counters, *machine);
     std::cout << "roofline        " << std::setprecision(3) << r.seconds * 1e3 << " ms on " << machine->key << ", bound by "
@@ -417,6 +477,8 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   run->add_flag("--data", data, "run on random data (DataMemory) and compare with the oracle; default: shape-only");
   run->add_option("--json", json_path, "write the result as JSON");
   run_problem.add_to(*run);
+  KvCacheOptions run_kv_cache;
+  run_kv_cache.add_to(*run);
 
   std::string check_sram = "64K";
   std::uint64_t seed = 2024;
@@ -483,7 +545,10 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     return 2;
   }
   try {
-    if (*run) return command_run(run_problem, schedule, data, run->count("--dtype") > 0, json_path, command);
+    if (*run) {
+      return command_run(run_problem, schedule, data, run->count("--dtype") > 0, json_path, command, run_kv_cache,
+                         run->count("--page-reads") > 0, run->count("--dkv-reduction") > 0);
+    }
     if (*check) return command_check(check_sram, seed);
     if (*sweep) {
       return command_sweep(sweep_schedules, seqlens, head_dims, srams, masks, dtype_text, machine_key, json_path, csv_path, jobs, quiet,

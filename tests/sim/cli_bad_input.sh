@@ -38,6 +38,12 @@ expect_refusal "size '12Q' is not understood" sweep --schedules fa2 --sram 12Q -
 expect_refusal "mask 'diagonal' is not understood" sweep --schedules fa2 --sram 64K --masks diagonal --csv "$work/out.csv"
 expect_refusal "heads_q = 3 is not a multiple of heads_kv = 2" run --schedule fa2 --heads 3 --heads-kv 2 --sram 64K --json "$work/out.json"
 expect_refusal "--bogus" run --bogus
+expect_refusal "allowed: a paged KV cache with the decode schedule split_kv only" run --schedule fa2 --sram 64K --page-size 16 --json "$work/out.json"
+expect_refusal "--page-size = '70000' is out of range; allowed: 0..65536" run --schedule split_kv -n 1 --sram 64K --page-size 70000 --json "$work/out.json"
+expect_refusal "allowed: valid_rows, whole_pages" run --schedule split_kv -n 1 --sram 64K --page-size 16 --page-reads some --json "$work/out.json"
+expect_refusal "--page-reads needs --page-size" run --schedule split_kv -n 1 --sram 64K --page-reads whole_pages --json "$work/out.json"
+expect_refusal "allowed: fp32_partials, in_place" run --schedule fa2_backward --heads 4 --heads-kv 1 --sram 64K --dkv-reduction atomics --json "$work/out.json"
+expect_refusal "allowed: backward schedules only" run --schedule fa2 --sram 64K --dkv-reduction in_place --json "$work/out.json"
 expect_refusal "events" trace --schedule fa2 --sram 8K --max-events 10 --out "$work/out.json"
 expect_refusal "generation 'fa9' is unknown; allowed: fa1, fa2" kernel-tiles --generation fa9 --json "$work/out.json"
 expect_refusal "direction 'sideways' is unknown" kernel-tiles --direction sideways --json "$work/out.json"

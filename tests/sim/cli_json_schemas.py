@@ -52,6 +52,10 @@ with tempfile.TemporaryDirectory() as work:
     run("run", "--schedule", "fa2", "-n", "1024", "-d", "64", "--sram", "96K", "--machine", "h100", "--json", out("run.json"))
     run("run", "--schedule", "fa2_backward", "-n", "200", "-d", "40", "--sram", "16K", "--data", "--json", out("run_data.json"))
     run("run", "--schedule", "split_kv", "-n", "1024", "-d", "64", "--sram", "96K", "--splits", "3", "--json", out("run_split.json"))
+    run("run", "--schedule", "split_kv", "-n", "1", "--seqlen-k", "1000", "--heads", "8", "--heads-kv", "2", "--sram", "96K",
+        "--page-size", "100", "--page-reads", "whole_pages", "--json", out("run_paged.json"))
+    run("run", "--schedule", "fa2_backward", "-n", "100", "-d", "16", "--heads", "8", "--heads-kv", "2", "--sram", "16K",
+        "--dkv-reduction", "in_place", "--json", out("run_in_place.json"))
     run("sweep", "--schedules", "all", "--seqlens", "256,512,1024", "--head-dims", "64", "--sram", "1K,64K",
         "--masks", "none,causal", "--quiet", "--json", out("sweep.json"))
     run("sweep", "--schedules", "fa1,fa2", "--seqlens", "256,512,1024", "--head-dims", "64", "--machine", "a100",
@@ -65,7 +69,7 @@ with tempfile.TemporaryDirectory() as work:
     with open(out("machines.json"), "w") as f:
         subprocess.run([flashlab, "machines", "--json"], check=True, stdout=f)
 
-    outputs = {"run": ["run.json", "run_data.json", "run_split.json"], "sweep": ["sweep.json", "sweep_machine.json"],
+    outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json"], "sweep": ["sweep.json", "sweep_machine.json"],
                "experiment": ["experiment.json"], "figure2": ["figure2.json"],
                "kernel-tiles": ["tiles.json", "tiles_h200.json"], "trace": ["trace.json", "trace_backward.json"],
                "machines": ["machines.json"]}
@@ -84,6 +88,8 @@ with tempfile.TemporaryDirectory() as work:
     assert documents["sweep"][1]["machine"] is not None and sweep["machine"] is None
     assert "errors" in documents["run"][1] and "roofline" in documents["run"][0]
     assert "num_splits" in documents["run"][2]["blocks"]
+    assert documents["run"][3]["serving"]["page_reads"] == "whole_pages" and "page_table" in documents["run"][3]["counters"]["tensors"]
+    assert "page_reads" not in documents["run"][2]["serving"] and documents["run"][4]["dkv_reduction"] == "in_place"
     assert {e["kind"] for e in documents["trace"][0]["events"]} >= {"line", "load", "store", "compute", "free", "softmax_update"}
 
     # --- broken documents: every schema must reject them -------------------------------------
@@ -119,6 +125,12 @@ with tempfile.TemporaryDirectory() as work:
     expect_rejected("run", mutated("run", lambda d: d.__setitem__("closed_form_equal", 1)), "a number as a boolean",
                     "not of type boolean")
     expect_rejected("run", mutated("run", lambda d: d["blocks"].__setitem__("block_rows", 0)), "0-row blocks", "minimum")
+    paged = copy.deepcopy(documents["run"][3])
+    paged["serving"]["page_reads"] = "some_rows"
+    expect_rejected("run", paged, "unknown page reads", "not one of")
+    paged = copy.deepcopy(documents["run"][3])
+    paged["serving"].pop("kv_bytes_per_token")
+    expect_rejected("run", paged, "serving metrics without KV bytes per token", "required field")
     expect_rejected("sweep", mutated("sweep", lambda d: d["points"][0].pop("hbm_bytes")), "a counted point without its bytes",
                     "oneOf")
     first_unfit = next(i for i, p in enumerate(sweep["points"]) if p["status"] == "does_not_fit")
