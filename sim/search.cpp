@@ -5,6 +5,7 @@
 #include <chrono>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
@@ -149,16 +150,11 @@ std::vector<BlockSizes> candidates_of(const std::string& schedule, const Problem
   return out;
 }
 
-// The closed-form work of costing these tilings (their tile steps, every distinct sequence).
-std::int64_t costing_steps(const std::string& schedule, const Problem& problem, const std::vector<BlockSizes>& tilings) {
+// The closed-form work of costing one tiling: its tile steps over every distinct sequence.
+std::int64_t costing_steps(const std::string& schedule, const Problem& problem, const BlockSizes& blocks) {
   const int sequences = problem.varlen() ? problem.batch : 1;
   std::int64_t steps = 0;
-  for (const BlockSizes& blocks : tilings) {
-    for (int b = 0; b < sequences; ++b) {
-      steps += tile_steps(schedule, problem, b, blocks);
-      if (steps > kMaxSearchTileSteps) return steps;
-    }
-  }
+  for (int b = 0; b < sequences; ++b) steps += tile_steps(schedule, problem, b, blocks);
   return steps;
 }
 
@@ -174,6 +170,83 @@ std::vector<SearchCandidate> pareto_front(std::vector<SearchCandidate> all, Sear
     if (front.empty() || better(candidate, front.back(), objective)) front.push_back(candidate);
   }
   return front;
+}
+
+// A tiling waiting to be costed: its closed-form work, and a lower bound on its objective.
+struct Pending {
+  std::size_t schedule;
+  BlockSizes blocks;
+  std::int64_t steps;
+  double bound;
+};
+
+double objective_of(const Counters& counters, const SearchOptions& options) {
+  if (options.objective == SearchObjective::time) return roofline(counters, *options.machine).seconds;
+  return static_cast<double>(counters.hbm_bytes());
+}
+
+// Past the budget on a problem whose blocks are uniform: every objective falls (or stays) as Br
+// or Bc grows (more blocks only repeat reads and updates), so obj(Br, Bc) >= max(obj(Br, N_k),
+// obj(N_q, Bc)), two one-dimensional closed forms of O(N / B) work. Tilings are costed in order
+// of that bound; one whose bound is no better than a costed tiling of no larger working set
+// cannot be on the front nor the best, and is pruned uncosted. What the budget leaves over is
+// skipped, and best_exact / front_complete say whether a skipped tiling could have mattered.
+std::vector<SearchCandidate> cost_with_bounds(const Problem& problem, const SearchOptions& options, std::vector<Pending>& pending,
+                                              SearchResult& result) {
+  std::map<std::pair<std::size_t, int>, double> by_rows, by_cols;
+  for (Pending& p : pending) {
+    const std::string& schedule = options.schedules[p.schedule];
+    const auto one_dimensional = [&](std::map<std::pair<std::size_t, int>, double>& memo, int key, BlockSizes blocks) {
+      auto [it, inserted] = memo.try_emplace({p.schedule, key}, 0.0);
+      if (inserted) it->second = objective_of(closed_form(schedule, problem, blocks, options.constraints.sram_bytes), options);
+      return it->second;
+    };
+    const int splits = options.constraints.num_splits;
+    p.bound = std::max(one_dimensional(by_rows, p.blocks.block_rows, {p.blocks.block_rows, problem.seqlen_k, splits}),
+                       one_dimensional(by_cols, p.blocks.block_cols, {problem.seqlen_q, p.blocks.block_cols, splits}));
+  }
+  std::vector<std::int64_t> working_sets(pending.size());
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    working_sets[i] = working_set_bytes(options.schedules[pending[i].schedule], problem, pending[i].blocks);
+  }
+  std::vector<std::size_t> order(pending.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return pending[a].bound != pending[b].bound ? pending[a].bound < pending[b].bound : working_sets[a] < working_sets[b];
+  });
+  // The front so far: working set -> objective, the objective falling as the working set grows.
+  std::map<std::int64_t, double> front;
+  const auto best_within = [&](std::int64_t working_set) {  // the least objective of a working set <= this
+    auto it = front.upper_bound(working_set);
+    return it == front.begin() ? std::numeric_limits<double>::infinity() : std::prev(it)->second;
+  };
+  std::vector<SearchCandidate> costed;
+  std::vector<std::size_t> skipped;
+  std::int64_t spent = 0;
+  for (std::size_t i : order) {
+    const Pending& p = pending[i];
+    if (best_within(working_sets[i]) <= p.bound) {
+      ++result.candidates_pruned;
+      continue;
+    }
+    if (!costed.empty() && spent + p.steps > options.max_tile_steps) {
+      skipped.push_back(i);
+      continue;
+    }
+    spent += p.steps;
+    costed.push_back(cost(options.schedules[p.schedule], problem, p.blocks, options));
+    const double objective = costed.back().objective;
+    if (best_within(working_sets[i]) <= objective) continue;
+    auto it = front.insert_or_assign(working_sets[i], objective).first;
+    for (++it; it != front.end() && it->second >= objective;) it = front.erase(it);
+  }
+  result.candidates_skipped = static_cast<std::int64_t>(skipped.size());
+  const double best = front.empty() ? std::numeric_limits<double>::infinity() : std::prev(front.end())->second;
+  result.best_exact = std::all_of(skipped.begin(), skipped.end(), [&](std::size_t i) { return pending[i].bound >= best; });
+  result.front_complete = std::all_of(skipped.begin(), skipped.end(), [&](std::size_t i) {
+    return best_within(working_sets[i]) <= pending[i].bound;
+  });
+  return costed;
 }
 
 // A block rule's tiling against the candidates and the front.
@@ -235,29 +308,42 @@ SearchResult search_tilings(const Problem& problem, const SearchOptions& options
   result.options.machine = nullptr;
   if (options.machine != nullptr) result.machine_key = options.machine->key;
 
-  std::vector<std::vector<BlockSizes>> tilings;
-  std::int64_t steps = 0;
-  for (const std::string& schedule : options.schedules) {
-    tilings.push_back(candidates_of(schedule, problem, options));
-    steps += costing_steps(schedule, problem, tilings.back());
-    if (steps > kMaxSearchTileSteps) {
-      throw std::invalid_argument("search: costing the tilings of '" + schedule + "' takes more than " +
-                                  std::to_string(kMaxSearchTileSteps) +
-                                  " closed-form tile steps; allowed: fewer, with a larger --multiple-of or smaller --max-rows/--max-cols");
+  // Every tiling within the constraints, with its costing work.
+  std::vector<Pending> pending;
+  std::int64_t total_steps = 0;
+  for (std::size_t s = 0; s < options.schedules.size(); ++s) {
+    for (const BlockSizes& blocks : candidates_of(options.schedules[s], problem, options)) {
+      pending.push_back({s, blocks, costing_steps(options.schedules[s], problem, blocks), 0});
+      total_steps += pending.back().steps;
     }
   }
-  std::vector<SearchCandidate> all;
-  for (std::size_t s = 0; s < options.schedules.size(); ++s) {
-    for (const BlockSizes& blocks : tilings[s]) all.push_back(cost(options.schedules[s], problem, blocks, options));
-  }
-  if (all.empty()) {
+  if (pending.empty()) {
     throw std::invalid_argument("search: no tiling of " + options.schedules.front() + " has its working set within M = " +
                                 std::to_string(options.constraints.sram_bytes) +
                                 " B under these constraints (multiple of " + std::to_string(options.constraints.multiple_of) +
                                 "); allowed: a larger M or looser constraints");
   }
+  result.candidates_total = static_cast<std::int64_t>(pending.size());
+  std::vector<SearchCandidate> all;
+  const bool one_side = std::any_of(options.schedules.begin(), options.schedules.end(), one_sided);
+  if (total_steps <= options.max_tile_steps) {  // every tiling costed
+    for (const Pending& p : pending) all.push_back(cost(options.schedules[p.schedule], problem, p.blocks, options));
+  } else if (uniform_blocks(problem) && !one_side) {
+    all = cost_with_bounds(problem, options, pending, result);
+  } else {  // no bound to prune with: the coarsest first, the finest left out
+    std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) { return a.steps < b.steps; });
+    std::int64_t spent = 0;
+    for (const Pending& p : pending) {
+      if (!all.empty() && spent + p.steps > options.max_tile_steps) {
+        ++result.candidates_skipped;
+        continue;
+      }
+      spent += p.steps;
+      all.push_back(cost(options.schedules[p.schedule], problem, p.blocks, options));
+    }
+    result.best_exact = result.front_complete = result.candidates_skipped == 0;
+  }
   result.candidates_costed = static_cast<std::int64_t>(all.size());
-  result.candidates_total = result.candidates_costed;
   // The best: the least objective, then the least working set; the first in (schedule, Br, Bc) order.
   result.best = *std::min_element(all.begin(), all.end(), [&](const SearchCandidate& a, const SearchCandidate& b) {
     if (better(a, b, options.objective)) return true;
@@ -327,7 +413,12 @@ nlohmann::json search_to_json(const SearchResult& result, const std::string& com
                        {"max_cols", c.max_cols}, {"square", c.square}, {"registers_per_thread", c.registers_per_thread},
                        {"threads_per_block", c.threads_per_block}}},
       {"machine", result.machine_key.empty() ? nlohmann::json(nullptr) : nlohmann::json(result.machine_key)},
+      {"candidates_total", result.candidates_total},
       {"candidates_costed", result.candidates_costed},
+      {"candidates_pruned", result.candidates_pruned},
+      {"candidates_skipped", result.candidates_skipped},
+      {"best_exact", result.best_exact},
+      {"front_complete", result.front_complete},
       {"exhaustive", result.options.exhaustive || !uniform_blocks(p)},
       {"best", to_json(result.best)},
       {"front", front},
@@ -380,7 +471,16 @@ void print_search(std::ostream& out, const SearchResult& result, std::size_t max
   out << "; objective " << (result.options.objective == SearchObjective::time ? "roofline time on " + result.machine_key : "HBM bytes")
       << "\n";
   out << result.candidates_costed << " tilings costed by closed forms in " << std::setprecision(3) << result.search_seconds << " s"
-      << (result.options.exhaustive || !uniform_blocks(p) ? "" : " (the smallest block of each block count)") << "\n\n";
+      << (result.options.exhaustive || !uniform_blocks(p) ? "" : " (the smallest block of each block count)") << "\n";
+  if (result.candidates_pruned > 0) {
+    out << result.candidates_pruned << " more pruned uncosted: their lower bound is no better than a costed tiling of no larger working set\n";
+  }
+  if (result.candidates_skipped > 0) {
+    out << result.candidates_skipped << " left out past " << result.options.max_tile_steps << " closed-form tile steps: the best is "
+        << (result.best_exact ? "exact" : "NOT proven best") << ", the front " << (result.front_complete ? "complete" : "incomplete")
+        << "\n";
+  }
+  out << "\n";
   out << std::left << std::setw(22) << "tiling" << std::setw(13) << "Br x Bc" << std::right << std::setw(12) << "HBM" << std::setw(12)
       << "working set" << std::setw(12) << "accum elts";
   if (with_time) out << std::setw(13) << "time" << "  " << std::left << std::setw(7) << "bound" << std::right;
@@ -398,7 +498,7 @@ void print_search(std::ostream& out, const SearchResult& result, std::size_t max
   out << "\n";
   for (const RuleTiling& r : result.rules) {
     out << r.rule << " rule of " << r.schedule << " (" << blocks_text(r.tiling.blocks) << "): rank " << r.rank << " of "
-        << result.candidates_costed << ", " << (r.on_front ? "on" : "off") << " the front, " << std::setprecision(3)
+        << result.candidates_costed << " costed, " << (r.on_front ? "on" : "off") << " the front, " << std::setprecision(3)
         << r.ratio_to_best << "x the best"
         << (r.within_constraints ? "" : r.tiling.working_set_bytes > c.sram_bytes ? " (its working set exceeds M)" : " (outside the constraints)")
         << "\n";

@@ -56,6 +56,12 @@ struct SearchConstraints {
   int num_splits = 0;           // split_kv: KV chunks (0: 4), as in BlockSizes
 };
 
+// The closed-form tile steps (closed_forms.hpp: tile_steps) a search spends at most, summed over
+// the tilings it costs (a few seconds). Past it, on a problem of uniform blocks, tilings are
+// costed in order of a lower bound and pruned by it; otherwise the coarsest first. Tilings the
+// budget leaves out are counted, and the result says whether they could have mattered.
+inline constexpr std::int64_t kMaxSearchTileSteps = std::int64_t{1} << 28;
+
 struct SearchOptions {
   std::vector<std::string> schedules;  // one, or several of the same pass (loop orders compared)
   SearchObjective objective = SearchObjective::hbm_bytes;
@@ -63,6 +69,7 @@ struct SearchOptions {
   const Machine* machine = nullptr;    // the roofline's rates; required for the time objective
   bool exhaustive = false;             // cost every candidate even where block counts suffice
   bool verify = true;                  // run the best tiling through the real schedule
+  std::int64_t max_tile_steps = kMaxSearchTileSteps;  // closed-form work budget (see below)
 };
 
 struct SearchCandidate {
@@ -102,6 +109,10 @@ struct SearchResult {
   std::string machine_key;
   std::int64_t candidates_total = 0;   // tilings within the constraints
   std::int64_t candidates_costed = 0;  // of those, costed by a closed form
+  std::int64_t candidates_pruned = 0;  // not costed: a bound proves them neither best nor on the front
+  std::int64_t candidates_skipped = 0; // not costed: past the budget of closed-form work
+  bool best_exact = true;              // no skipped tiling could beat the best
+  bool front_complete = true;          // no skipped tiling could be on the front
   SearchCandidate best;
   std::vector<SearchCandidate> front;  // Pareto front, working set ascending, objective descending
   std::vector<RuleTiling> rules;       // per schedule: the fitting rule, then the paper rule where it has one
@@ -117,14 +128,11 @@ std::int64_t accumulator_elements(const std::string& schedule, const Problem& pr
 
 // Throws std::invalid_argument naming the input and the allowed range: an unknown schedule,
 // schedules of different passes, constraints out of range, the time objective without a machine,
-// no tiling within the constraints, or a search larger than kMaxSearchTileSteps of closed-form work.
+// or no tiling within the constraints.
 SearchResult search_tilings(const Problem& problem, const SearchOptions& options);
 // The input checks of search_tilings alone (the command line's checks-only mode).
 void validate_search(const Problem& problem, const SearchOptions& options);
 
-// The closed-form tile steps a search may spend (summed over its candidates): refuses a masked
-// search at N = 1M with multiple_of 1 instead of running for hours.
-inline constexpr std::int64_t kMaxSearchTileSteps = 4'000'000'000;
 
 // Printers. The JSON follows docs/schemas/search.schema.json ("format": "flashlab-search").
 nlohmann::json to_json(const SearchCandidate& candidate);

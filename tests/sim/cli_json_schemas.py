@@ -62,13 +62,17 @@ with tempfile.TemporaryDirectory() as work:
     run("kernel-tiles", "--machine", "h200", "--json", out("tiles_h200.json"))
     run("trace", "--schedule", "fa2", "--sram", "8K", "--causal", "--out", out("trace.json"))
     run("trace", "--schedule", "fa1_backward", "--sram", "8K", "--out", out("trace_backward.json"))
+    run("search", "--schedule", "fa2", "-n", "1024", "-d", "64", "--machine", "h100", "--sram", "64K", "--multiple-of", "16",
+        "--objective", "time", "--json", out("search.json"))
+    run("search", "--schedules", "fa1,fa2", "-n", "300", "-d", "32", "--sram", "16K", "--causal", "--registers-per-thread", "64",
+        "--json", out("search_orders.json"))
     with open(out("machines.json"), "w") as f:
         subprocess.run([flashlab, "machines", "--json"], check=True, stdout=f)
 
     outputs = {"run": ["run.json", "run_data.json", "run_split.json"], "sweep": ["sweep.json", "sweep_machine.json"],
                "experiment": ["experiment.json"], "figure2": ["figure2.json"],
                "kernel-tiles": ["tiles.json", "tiles_h200.json"], "trace": ["trace.json", "trace_backward.json"],
-               "machines": ["machines.json"]}
+               "machines": ["machines.json"], "search": ["search.json", "search_orders.json"]}
     documents = {name: [load(out(f)) for f in files] for name, files in outputs.items()}
     for name, docs in documents.items():
         for file, document in zip(outputs[name], docs):
@@ -84,6 +88,8 @@ with tempfile.TemporaryDirectory() as work:
     assert documents["sweep"][1]["machine"] is not None and sweep["machine"] is None
     assert "errors" in documents["run"][1] and "roofline" in documents["run"][0]
     assert "num_splits" in documents["run"][2]["blocks"]
+    assert "seconds" in documents["search"][0]["best"] and documents["search"][1]["machine"] is None
+    assert len(documents["search"][1]["rules"]) == 4 and documents["search"][1]["verification"]["closed_form_equal"]
     assert {e["kind"] for e in documents["trace"][0]["events"]} >= {"line", "load", "store", "compute", "free", "softmax_update"}
 
     # --- broken documents: every schema must reject them -------------------------------------
@@ -148,6 +154,12 @@ with tempfile.TemporaryDirectory() as work:
                     "an unknown causal alignment", "not one of")
     expect_rejected("machines", mutated("machines", lambda d: d[0].__setitem__("sram_bytes", 0)), "a machine without SRAM",
                     "minimum")
+    expect_rejected("search", mutated("search", lambda d: d["rules"][0].__setitem__("rule", "guess")), "an unknown block rule",
+                    "not one of")
+    expect_rejected("search", mutated("search", lambda d: d["rules"][0].__setitem__("rank", 0)), "a rank of 0", "minimum")
+    expect_rejected("search", mutated("search", lambda d: d["front"][0].pop("working_set_bytes")), "a front point without its working set",
+                    "required field")
+    expect_rejected("search", mutated("search", lambda d: d.__setitem__("front", [])), "an empty front", "fewer than 1")
 
     # --- the validator refuses a schema keyword it does not implement, instead of skipping it ---
     with open(out("unsupported.schema.json"), "w") as f:
