@@ -324,14 +324,22 @@ SearchResult search_tilings(const Problem& problem, const SearchOptions& options
                                 "); allowed: a larger M or looser constraints");
   }
   result.candidates_total = static_cast<std::int64_t>(pending.size());
+  result.tile_steps_total = total_steps;
   std::vector<SearchCandidate> all;
   const bool one_side = std::any_of(options.schedules.begin(), options.schedules.end(), one_sided);
   if (total_steps <= options.max_tile_steps) {  // every tiling costed
     for (const Pending& p : pending) all.push_back(cost(options.schedules[p.schedule], problem, p.blocks, options));
   } else if (uniform_blocks(problem) && !one_side) {
     all = cost_with_bounds(problem, options, pending, result);
-  } else {  // no bound to prune with: the coarsest first, the finest left out
-    std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) { return a.steps < b.steps; });
+  } else {  // no bound to prune with: the tilings that use most of M first (the best are there), the rest left out
+    std::vector<std::int64_t> working_sets;
+    for (const Pending& p : pending) working_sets.push_back(working_set_bytes(options.schedules[p.schedule], problem, p.blocks));
+    std::vector<std::size_t> order(pending.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return working_sets[a] > working_sets[b]; });
+    std::vector<Pending> sorted;
+    for (std::size_t i : order) sorted.push_back(pending[i]);
+    pending = std::move(sorted);
     std::int64_t spent = 0;
     for (const Pending& p : pending) {
       if (!all.empty() && spent + p.steps > options.max_tile_steps) {

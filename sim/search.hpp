@@ -109,6 +109,7 @@ struct SearchResult {
   std::string machine_key;
   std::int64_t candidates_total = 0;   // tilings within the constraints
   std::int64_t candidates_costed = 0;  // of those, costed by a closed form
+  std::int64_t tile_steps_total = 0;   // the closed-form work of costing every candidate
   std::int64_t candidates_pruned = 0;  // not costed: a bound proves them neither best nor on the front
   std::int64_t candidates_skipped = 0; // not costed: past the budget of closed-form work
   bool best_exact = true;              // no skipped tiling could beat the best

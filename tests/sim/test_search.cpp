@@ -188,3 +188,43 @@ TEST_CASE("search: bad input is refused naming the input and the range", "[searc
   refuses(timed, "needs a machine preset");
   CHECK_THROWS_AS(search_objective_from_string("speed"), std::invalid_argument);
 }
+
+TEST_CASE("search: past the work budget, the bound-pruned search finds the best of the full one", "[search]") {
+  Problem p;
+  p.seqlen_q = p.seqlen_k = 128;
+  p.head_dim = 8;
+  p.dtype = DType::fp16;
+  const Machine& machine = default_machine();
+  for (const char* schedule : {"fa1", "fa2", "fa2_backward", "memory_efficient"}) {
+    for (SearchObjective objective : {SearchObjective::hbm_bytes, SearchObjective::time}) {
+      SearchOptions options = options_for({schedule}, 4096, 1);
+      options.objective = objective;
+      options.machine = &machine;
+      options.verify = false;
+      const SearchResult full = search_tilings(p, options);
+      REQUIRE(full.candidates_costed == full.candidates_total);  // within the default budget: every tiling costed
+      options.max_tile_steps = 2000;
+      const SearchResult pruned = search_tilings(p, options);
+      INFO(schedule << " " << to_string(objective) << ": " << pruned.candidates_costed << " costed, " << pruned.candidates_pruned
+                    << " pruned, " << pruned.candidates_skipped << " skipped of " << pruned.candidates_total);
+      CHECK(pruned.candidates_pruned > 0);
+      CHECK(pruned.candidates_costed + pruned.candidates_pruned + pruned.candidates_skipped == pruned.candidates_total);
+      if (pruned.best_exact) {
+        CHECK(pruned.best.objective == full.best.objective);
+        CHECK(pruned.best.working_set_bytes == full.best.working_set_bytes);
+      }
+      if (pruned.front_complete) CHECK(pruned.front.size() == full.front.size());
+      options.max_tile_steps = full.tile_steps_total / 2;  // half the full work
+      const SearchResult finished = search_tilings(p, options);
+      CHECK(finished.candidates_costed < finished.candidates_total);
+      CHECK(finished.best_exact);
+      CHECK(finished.best.objective == full.best.objective);
+      // FA1's and FA2's bounds are tight (their traffic follows one block count): the front completes too.
+      if (std::string(schedule) == "fa1" || std::string(schedule) == "fa2") CHECK(finished.front_complete);
+      if (finished.front_complete) {
+        REQUIRE(finished.front.size() == full.front.size());
+        for (std::size_t i = 0; i < full.front.size(); ++i) CHECK(finished.front[i].objective == full.front[i].objective);
+      }
+    }
+  }
+}
