@@ -76,6 +76,7 @@ void validate_search(const Problem& problem, const SearchOptions& options) {
   require_in_range("registers_per_thread", c.registers_per_thread, 0, 1 << 16);
   require_in_range("threads_per_block", c.threads_per_block, 1, 1 << 16);
   require_in_range("num_splits", c.num_splits, 0, kMaxSequenceLength);
+  require_in_range("max_tile_steps", options.max_tile_steps, 1, std::int64_t{1} << 40);
   if (options.objective == SearchObjective::time && options.machine == nullptr) {
     throw std::invalid_argument("search: the time objective needs a machine preset (its bandwidth and FLOP rates)");
   }

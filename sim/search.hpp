@@ -60,7 +60,7 @@ struct SearchConstraints {
 // the tilings it costs (a few seconds). Past it, on a problem of uniform blocks, tilings are
 // costed in order of a lower bound and pruned by it; otherwise the coarsest first. Tilings the
 // budget leaves out are counted, and the result says whether they could have mattered.
-inline constexpr std::int64_t kMaxSearchTileSteps = std::int64_t{1} << 28;
+inline constexpr std::int64_t kMaxSearchTileSteps = std::int64_t{1} << 26;
 
 struct SearchOptions {
   std::vector<std::string> schedules;  // one, or several of the same pass (loop orders compared)

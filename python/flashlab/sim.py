@@ -335,7 +335,7 @@ def sweep(schedules: Union[str, Sequence[str]], seqlens: Union[int, Sequence[int
 def search(schedules: Union[str, Sequence[str]], problem: Problem, *, sram: Optional[Sram] = None,
            machine: Optional[str] = None, objective: str = "hbm", multiple_of: int = 1, max_rows: int = 0,
            max_cols: int = 0, square: bool = False, registers_per_thread: int = 0, threads_per_block: int = 128,
-           splits: int = 0, exhaustive: bool = False) -> dict:
+           splits: int = 0, exhaustive: bool = False, max_tile_steps: Optional[int] = None) -> dict:
     """The block sizes (Br, Bc) of M with the least HBM traffic (objective="hbm") or roofline
     time on a machine (objective="time"), costed by the closed forms: the best, the Pareto front
     of the objective against the working set, where the fitting and the paper rules land on it
@@ -344,7 +344,9 @@ def search(schedules: Union[str, Sequence[str]], problem: Problem, *, sram: Opti
     max_rows / max_cols (0: no limit), square blocks, and a register budget of
     registers_per_thread fp32 accumulator elements (S_ij and the output tile) per thread of
     threads_per_block (0: none). Several schedules of one pass compare loop orders ("fa1,fa2").
-    M defaults to the machine's. The record follows docs/schemas/search.schema.json."""
+    M defaults to the machine's. max_tile_steps: the closed-form work spent at most (default
+    the C++ kMaxSearchTileSteps; past it tilings are pruned by a bound or skipped, and the record
+    says so in best_exact and front_complete). The record follows docs/schemas/search.schema.json."""
     names = [s for s in schedules.split(",") if s] if isinstance(schedules, str) else _list("schedules", schedules)
     if sram is None:
         if not machine:
@@ -360,7 +362,8 @@ def search(schedules: Union[str, Sequence[str]], problem: Problem, *, sram: Opti
                         _integer("max_rows", max_rows, 0, high), _integer("max_cols", max_cols, 0, high), bool(square),
                         _integer("registers_per_thread", registers_per_thread, 0, 1 << 16),
                         _integer("threads_per_block", threads_per_block, 1, 1 << 16), _integer("splits", splits, 0, high),
-                        bool(exhaustive), machine or "", MACHINES_DIR, command)
+                        bool(exhaustive), machine or "", MACHINES_DIR, command,
+                        *([] if max_tile_steps is None else [_integer("max_tile_steps", max_tile_steps, 1, 2**40, _INT64)]))
 
 
 # ---------------------------------------------------------------------------------------------

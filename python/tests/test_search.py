@@ -43,3 +43,13 @@ def test_bad_input():
         sim.search("fa2", p, sram="64K", objective="time")
     with pytest.raises(ValueError, match="multiple_of"):
         sim.search("fa2", p, sram="64K", multiple_of=0)
+
+
+def test_work_budget():
+    # Past a small budget, the search prunes by its bound and still proves the same best.
+    p = sim.problem(seqlen_q=1024, head_dim=64, dtype="fp16")
+    full = sim.search("fa2", p, sram="64K", multiple_of=16)
+    tight = sim.search("fa2", p, sram="64K", multiple_of=16, max_tile_steps=20000)
+    assert full["candidates_costed"] == full["candidates_total"] and full["best_exact"]
+    assert tight["candidates_pruned"] + tight["candidates_skipped"] > 0
+    assert tight["best_exact"] and tight["best"]["hbm_bytes"] == full["best"]["hbm_bytes"]

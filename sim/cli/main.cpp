@@ -411,6 +411,7 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
 struct SearchCommand {
   std::string schedules = "fa2", objective = "hbm";
   int multiple_of = 1, max_rows = 0, max_cols = 0, registers_per_thread = 0, threads = 128, front_rows = 24;
+  std::int64_t max_tile_steps = kMaxSearchTileSteps;
   bool square = false, exhaustive = false;
 };
 
@@ -439,6 +440,7 @@ int command_search(ProblemOptions& po, const SearchCommand& sc, bool dtype_given
   c.num_splits = po.splits;
   options.machine = machine ? &*machine : nullptr;
   options.exhaustive = sc.exhaustive;
+  options.max_tile_steps = sc.max_tile_steps;
   validate_search(problem, options);
   if (checks_only) return 0;
   const SearchResult result = search_tilings(problem, options);
@@ -538,6 +540,9 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   add_decimal_option(*search, "--threads", search_command.threads, "threads per block sharing the accumulators (default 128)", 1,
                      1 << 16);
   search->add_flag("--exhaustive", search_command.exhaustive, "cost every candidate (default: one per block count where that is exact)");
+  add_decimal_option(*search, "--max-tile-steps", search_command.max_tile_steps,
+                     "closed-form work the search spends at most (more: a fuller front, slower)", std::int64_t{1},
+                     std::int64_t{1} << 40);
   add_decimal_option(*search, "--front-rows", search_command.front_rows, "Pareto-front rows printed (the JSON has all)", 1, 1 << 20);
   search->add_option("--json", json_path, "write the result as JSON (schema: docs/schemas/search.schema.json)");
   search_problem.seqlen = 16384;

@@ -46,6 +46,7 @@ expect_refusal "--multiple-of = '0' is out of range" search --multiple-of 0 --sr
 expect_refusal "give the SRAM size" search --schedule fa2 --json "$work/out.json"
 expect_refusal "no tiling of fa2 has its working set within M = 4096 B" search -d 128 --sram 4K --multiple-of 16 --json "$work/out.json"
 expect_refusal "--threads = '0' is out of range; allowed: 1..65536" search --threads 0 --sram 64K --json "$work/out.json"
+expect_refusal "--max-tile-steps = '0' is out of range" search --max-tile-steps 0 --sram 64K --json "$work/out.json"
 expect_refusal "events" trace --schedule fa2 --sram 8K --max-events 10 --out "$work/out.json"
 expect_refusal "generation 'fa9' is unknown; allowed: fa1, fa2" kernel-tiles --generation fa9 --json "$work/out.json"
 expect_refusal "direction 'sideways' is unknown" kernel-tiles --direction sideways --json "$work/out.json"
