@@ -6,10 +6,12 @@
 #include <iomanip>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
 
+#include "algorithms/checked_math.hpp"
 #include "algorithms/limits.hpp"
 #include "closed_forms.hpp"
 #include "report.hpp"
@@ -124,22 +126,43 @@ std::vector<BlockSizes> candidates_of(const std::string& schedule, const Problem
     return working_set_bytes(schedule, problem, b) <= c.sram_bytes && within_registers(c, accumulator_elements(schedule, problem, b));
   };
   std::vector<BlockSizes> out;
+  // The largest multiple of the step up to `top` that still fits (the working set grows with
+  // each side), so that the value lists stop there instead of at N.
+  const std::int64_t step = c.multiple_of;
+  const auto largest_fitting = [&](std::int64_t top, auto blocks_of) -> int {
+    std::int64_t low = 0, high = top / step;  // in units of the step; 0: none fits
+    while (low < high) {
+      const std::int64_t mid = low + (high - low + 1) / 2;
+      if (fits(blocks_of(static_cast<int>(mid * step)))) low = mid; else high = mid - 1;
+    }
+    return static_cast<int>(low * step);
+  };
+  const auto cover = [&](std::int64_t length, int limit) {  // the smallest multiple that covers the length, within the limit
+    std::int64_t top = std::min<std::int64_t>(ceil_div(length, step) * step, kMaxSequenceLength);
+    return limit > 0 ? std::min<std::int64_t>(top, limit) : top;
+  };
   if (one_sided(schedule) || c.square) {  // one side B = Br = Bc (square tiling also slices d and d_v by B)
     const int limit = c.max_rows > 0 && c.max_cols > 0 ? std::min(c.max_rows, c.max_cols) : std::max(c.max_rows, c.max_cols);
+    const int side = largest_fitting(cover(std::max(nq, nk), limit), [&](int b) { return BlockSizes{b, b, c.num_splits}; });
+    if (side == 0) return out;
     const auto key = [&](int b) {
       return std::array<std::int64_t, 4>{ceil_div(nq, b), ceil_div(nk, b), ceil_div(d, b), ceil_div(dv, b)};
     };
-    for (int b : block_values(std::max(nq, nk), c.multiple_of, limit, reduce && schedule != "split_kv", key)) {
+    for (int b : block_values(std::max(nq, nk), c.multiple_of, side, reduce && schedule != "split_kv", key)) {
       const BlockSizes blocks{b, b, c.num_splits};
       if (!fits(blocks)) break;
       out.push_back(blocks);
     }
     return out;
   }
-  const std::vector<int> rows = block_values(nq, c.multiple_of, c.max_rows, reduce, [&](int b) { return ceil_div(nq, b); });
+  const int first = static_cast<int>(step);
+  const int row_cap = largest_fitting(cover(nq, c.max_rows), [&](int r) { return BlockSizes{r, first, c.num_splits}; });
+  const int col_cap = largest_fitting(cover(nk, c.max_cols), [&](int col) { return BlockSizes{first, col, c.num_splits}; });
+  if (row_cap == 0 || col_cap == 0) return out;
+  const std::vector<int> rows = block_values(nq, c.multiple_of, row_cap, reduce, [&](int b) { return ceil_div(nq, b); });
   // split_kv's key blocks restart at every chunk: their counts are not ceil(N_k / Bc).
   const std::vector<int> cols =
-      block_values(nk, c.multiple_of, c.max_cols, reduce && schedule != "split_kv", [&](int b) { return ceil_div(nk, b); });
+      block_values(nk, c.multiple_of, col_cap, reduce && schedule != "split_kv", [&](int b) { return ceil_div(nk, b); });
   for (int r : rows) {
     if (!fits({r, cols.front(), c.num_splits})) break;
     for (int col : cols) {
@@ -155,7 +178,7 @@ std::vector<BlockSizes> candidates_of(const std::string& schedule, const Problem
 std::int64_t costing_steps(const std::string& schedule, const Problem& problem, const BlockSizes& blocks) {
   const int sequences = problem.varlen() ? problem.batch : 1;
   std::int64_t steps = 0;
-  for (int b = 0; b < sequences; ++b) steps += tile_steps(schedule, problem, b, blocks);
+  for (int b = 0; b < sequences; ++b) steps = saturating_add(steps, tile_steps(schedule, problem, b, blocks));
   return steps;
 }
 
@@ -184,6 +207,23 @@ struct Pending {
 double objective_of(const Counters& counters, const SearchOptions& options) {
   if (options.objective == SearchObjective::time) return roofline(counters, *options.machine).seconds;
   return static_cast<double>(counters.hbm_bytes());
+}
+
+// The work of the lower bounds: one closed form per distinct Br (with one key block) and per
+// distinct Bc (with one query block).
+std::int64_t bound_steps(const Problem& problem, const SearchOptions& options, const std::vector<Pending>& pending) {
+  std::set<std::pair<std::size_t, int>> rows, cols;
+  std::int64_t steps = 0;
+  for (const Pending& p : pending) {
+    const std::string& schedule = options.schedules[p.schedule];
+    if (rows.insert({p.schedule, p.blocks.block_rows}).second) {
+      steps = saturating_add(steps, costing_steps(schedule, problem, {p.blocks.block_rows, problem.seqlen_k, p.blocks.num_splits}));
+    }
+    if (cols.insert({p.schedule, p.blocks.block_cols}).second) {
+      steps = saturating_add(steps, costing_steps(schedule, problem, {problem.seqlen_q, p.blocks.block_cols, p.blocks.num_splits}));
+    }
+  }
+  return steps;
 }
 
 // Past the budget on a problem whose blocks are uniform: every objective falls (or stays) as Br
@@ -230,7 +270,7 @@ std::vector<SearchCandidate> cost_with_bounds(const Problem& problem, const Sear
       ++result.candidates_pruned;
       continue;
     }
-    if (!costed.empty() && spent + p.steps > options.max_tile_steps) {
+    if (saturating_add(spent, p.steps) > options.max_tile_steps) {
       skipped.push_back(i);
       continue;
     }
@@ -315,7 +355,7 @@ SearchResult search_tilings(const Problem& problem, const SearchOptions& options
   for (std::size_t s = 0; s < options.schedules.size(); ++s) {
     for (const BlockSizes& blocks : candidates_of(options.schedules[s], problem, options)) {
       pending.push_back({s, blocks, costing_steps(options.schedules[s], problem, blocks), 0});
-      total_steps += pending.back().steps;
+      total_steps = saturating_add(total_steps, pending.back().steps);
     }
   }
   if (pending.empty()) {
@@ -330,7 +370,7 @@ SearchResult search_tilings(const Problem& problem, const SearchOptions& options
   const bool one_side = std::any_of(options.schedules.begin(), options.schedules.end(), one_sided);
   if (total_steps <= options.max_tile_steps) {  // every tiling costed
     for (const Pending& p : pending) all.push_back(cost(options.schedules[p.schedule], problem, p.blocks, options));
-  } else if (uniform_blocks(problem) && !one_side) {
+  } else if (uniform_blocks(problem) && !one_side && bound_steps(problem, options, pending) <= options.max_tile_steps) {
     all = cost_with_bounds(problem, options, pending, result);
   } else {  // no bound to prune with: the tilings that use most of M first (the best are there), the rest left out
     std::vector<std::int64_t> working_sets;
@@ -343,7 +383,7 @@ SearchResult search_tilings(const Problem& problem, const SearchOptions& options
     pending = std::move(sorted);
     std::int64_t spent = 0;
     for (const Pending& p : pending) {
-      if (!all.empty() && spent + p.steps > options.max_tile_steps) {
+      if (saturating_add(spent, p.steps) > options.max_tile_steps) {
         ++result.candidates_skipped;
         continue;
       }
@@ -351,6 +391,11 @@ SearchResult search_tilings(const Problem& problem, const SearchOptions& options
       all.push_back(cost(options.schedules[p.schedule], problem, p.blocks, options));
     }
     result.best_exact = result.front_complete = result.candidates_skipped == 0;
+  }
+  if (all.empty()) {
+    throw std::invalid_argument("search: costing even the coarsest tiling takes more than max_tile_steps = " +
+                                std::to_string(options.max_tile_steps) +
+                                " closed-form tile steps; allowed: a larger budget (--max-tile-steps), M or block limits");
   }
   result.candidates_costed = static_cast<std::int64_t>(all.size());
   // The best: the least objective, then the least working set; the first in (schedule, Br, Bc) order.
