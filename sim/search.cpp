@@ -36,7 +36,7 @@ bool uniform_blocks(const Problem& p) {
 }
 
 // The block sizes one dimension may take: multiples of `step` up to `limit` (0: none) and never
-// past the smallest multiple that covers `length`. reduce_by(v) (optional) keys a value by what
+// past the smallest multiple that covers `length`. With reduce, key_of(v) keys a value by what
 // the closed forms see of it; only the smallest value of each key is kept.
 template <class Key>
 std::vector<int> block_values(std::int64_t length, int step, int limit, bool reduce, Key key_of) {
