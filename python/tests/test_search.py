@@ -1,4 +1,7 @@
 """flashlab.sim.search: the best tiling derived by hand, the rules' place, the verification run, refusals."""
+import pathlib
+import sys
+
 import pytest
 
 from flashlab import sim
@@ -53,3 +56,14 @@ def test_work_budget():
     assert full["candidates_costed"] == full["candidates_total"] and full["best_exact"]
     assert tight["candidates_pruned"] + tight["candidates_skipped"] > 0
     assert tight["best_exact"] and tight["best"]["hbm_bytes"] == full["best"]["hbm_bytes"]
+
+
+def test_record_is_valid_against_the_cli_schema():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tests" / "sim"))
+    from json_schema import validate  # the repository's validator (tests/sim/json_schema.py)
+
+    p = sim.problem(seqlen_q=512, head_dim=64, dtype="bf16")
+    for record in (sim.search("fa2", p, sram="64K", multiple_of=16),
+                   sim.search("fa1,fa2", p, machine="h100", objective="time", max_tile_steps=5000)):
+        assert validate(str(root / "docs" / "schemas" / "search.schema.json"), record) == []
