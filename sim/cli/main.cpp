@@ -405,7 +405,6 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
   return 0;
 }
 
-
 // The tilings of M with the least HBM traffic (or roofline time), the Pareto front against the
 // working set, the block rules' place on it, and the best tiling run through the real schedule.
 struct SearchCommand {
