@@ -8,6 +8,7 @@ held against the closed forms and the bounds, with the CLI's records as dicts.
     pandas.DataFrame(points)                              # one row per point; points.fits
     trace = sim.trace("fa2", sim.problem(seqlen_q=128, head_dim=16), sram="8K")
     trace.save("fa2.json")                                # the visualizer's file
+    best = sim.search("fa2", problem, sram="228K", multiple_of=16)["best"]   # the least-traffic tiling
 
 Units: SRAM sizes M in bytes (an int, or text with binary K/M suffixes: "96K"); block sizes in
 rows; counts in elements and bytes. Bad input raises ValueError naming the input and its allowed
@@ -340,6 +341,44 @@ def sweep(schedules: Union[str, Sequence[str]], seqlens: Union[int, Sequence[int
                          _integer("heads", heads, 1, limits["max_heads"]), machine or "", MACHINES_DIR, command,
                          threads)
     return Sweep(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mapping search
+
+
+def search(schedules: Union[str, Sequence[str]], problem: Problem, *, sram: Optional[Sram] = None,
+           machine: Optional[str] = None, objective: str = "hbm", multiple_of: int = 1, max_rows: int = 0,
+           max_cols: int = 0, square: bool = False, registers_per_thread: int = 0, threads_per_block: int = 128,
+           splits: int = 0, exhaustive: bool = False, max_tile_steps: Optional[int] = None) -> dict:
+    """The block sizes (Br, Bc) of M with the least HBM traffic (objective="hbm") or roofline
+    time on a machine (objective="time"), costed by the closed forms: the best, the Pareto front
+    of the objective against the working set, where the fitting and the paper rules land on it
+    (rank, on_front, ratio_to_best), the best run through the real schedule in an arena of M
+    (verification), and search_seconds. Constraints: Br, Bc multiples of multiple_of, at most
+    max_rows / max_cols (0: no limit), square blocks, and a register budget of
+    registers_per_thread fp32 accumulator elements (S_ij and the output tile) per thread of
+    threads_per_block (0: none). Several schedules of one pass compare loop orders ("fa1,fa2").
+    M defaults to the machine's. max_tile_steps: the closed-form work spent at most (default
+    the C++ kMaxSearchTileSteps; past it tilings are pruned by a bound or skipped, and the record
+    says so in best_exact and front_complete). The record follows docs/schemas/search.schema.json."""
+    names = [s for s in schedules.split(",") if s] if isinstance(schedules, str) else _list("schedules", schedules)
+    if sram is None:
+        if not machine:
+            raise ValueError("sram: give the SRAM size (sram=\"228K\") or a machine")
+        m = _preset(machine)["sram_bytes"]
+    else:
+        m = sram_bytes(sram)
+    high = limits["max_sequence_length"]
+    command = (f"flashlab.sim.search({names!r}, sram={m!r}, machine={machine!r}, objective={objective!r}, "
+               f"multiple_of={multiple_of!r}, max_rows={max_rows!r}, max_cols={max_cols!r}, square={square!r}, "
+               f"registers_per_thread={registers_per_thread!r}, threads_per_block={threads_per_block!r})")
+    return _core.search(names, problem, m, str(objective), _integer("multiple_of", multiple_of, 1, 1 << 16),
+                        _integer("max_rows", max_rows, 0, high), _integer("max_cols", max_cols, 0, high), bool(square),
+                        _integer("registers_per_thread", registers_per_thread, 0, 1 << 16),
+                        _integer("threads_per_block", threads_per_block, 1, 1 << 16), _integer("splits", splits, 0, high),
+                        bool(exhaustive), machine or "", MACHINES_DIR, command,
+                        *([] if max_tile_steps is None else [_integer("max_tile_steps", max_tile_steps, 1, 2**40, _INT64)]))
 
 
 # ---------------------------------------------------------------------------------------------

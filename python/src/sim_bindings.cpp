@@ -22,6 +22,7 @@
 #include "sim/report.hpp"
 #include "sim/schedules.hpp"
 #include "sim/serving.hpp"
+#include "sim/search.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 
@@ -353,6 +354,30 @@ void bind_sim(nb::module_& m) {
   }, nb::arg("schedules"), nb::arg("seqlens"), nb::arg("head_dims"), nb::arg("sram_bytes"), nb::arg("masks"),
      nb::arg("dtype"), nb::arg("batch"), nb::arg("heads"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("command"),
      nb::arg("jobs") = 1, "the sweep's JSON (schema: docs/schemas/sweep.schema.json)");
+
+  m.def("search", [](const std::vector<std::string>& schedule_names, const Problem& problem, std::int64_t sram_bytes,
+                     const std::string& objective, int multiple_of, int max_rows, int max_cols, bool square,
+                     int registers_per_thread, int threads_per_block, int num_splits, bool exhaustive,
+                     const std::string& machine_key, const std::string& machines_dir, const std::string& command,
+                     std::int64_t max_tile_steps) {
+    const std::optional<Machine> machine = optional_machine(machine_key, machines_dir);
+    SearchOptions options;
+    options.max_tile_steps = max_tile_steps;
+    options.schedules = schedule_names;
+    options.objective = search_objective_from_string(objective);
+    options.constraints = {sram_bytes, multiple_of, max_rows, max_cols, square, registers_per_thread, threads_per_block, num_splits};
+    options.machine = machine ? &*machine : nullptr;
+    options.exhaustive = exhaustive;
+    json result;
+    {
+      nb::gil_scoped_release release;
+      result = search_to_json(search_tilings(problem, options), command);
+    }
+    return to_python(result);
+  }, nb::arg("schedules"), nb::arg("problem"), nb::arg("sram_bytes"), nb::arg("objective"), nb::arg("multiple_of"),
+     nb::arg("max_rows"), nb::arg("max_cols"), nb::arg("square"), nb::arg("registers_per_thread"), nb::arg("threads_per_block"),
+     nb::arg("num_splits"), nb::arg("exhaustive"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("command"),
+     nb::arg("max_tile_steps") = kMaxSearchTileSteps, "the mapping search's JSON (schema: docs/schemas/search.schema.json)");
 
   bind_trace(m);
   bind_closed_forms(m);

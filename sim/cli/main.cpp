@@ -9,6 +9,8 @@
 //   flashlab experiment --out-dir out                                      the README's default experiment
 //   flashlab figure2                                                       FA1 Figure 2's HBM column (GPT-2 medium, A100)
 //   flashlab kernel-tiles --machine h200 --json tiles.json                 the GPU kernels' tilings (those an H200 runs)
+//   flashlab search --schedule fa2 -n 16384 -d 128 --machine h200 --multiple-of 16
+//                                                                          the tilings of M with the least HBM traffic or time
 //   flashlab --version                                                     the CMake project's version
 //
 // Bad input (unknown schedule or machine, malformed JSON, sizes out of range, M below the smallest
@@ -49,6 +51,7 @@
 #include "sim/report.hpp"
 #include "sim/schedules.hpp"
 #include "sim/serving.hpp"
+#include "sim/search.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 
@@ -110,7 +113,8 @@ struct ProblemOptions {
   int block_rows = 0, block_cols = 0, splits = 0;
   std::string block_rule = "fitting";  // derived blocks: "fitting" or "paper"
 
-  void add_to(CLI::App& app) {
+  // with_blocks: the explicit block sizes and the block rule too (not for search, which picks them).
+  void add_to(CLI::App& app, bool with_blocks = true) {
     add_decimal_option(app, "--batch", batch, "batch size", 1, kMaxBatch);
     add_decimal_option(app, "--heads", heads, "query heads", 1, kMaxHeads);
     add_decimal_option(app, "--heads-kv", heads_kv, "key/value heads (0: --heads; GQA/MQA when fewer)", 0, kMaxHeads);
@@ -127,10 +131,11 @@ struct ProblemOptions {
     app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default fp32; a machine preset sets its own)");
     app.add_option("--sram,-M", sram, "SRAM size M in bytes, K/M suffixes allowed (228K); default: the machine's");
     app.add_option("--machine", machine, "machine preset key (flashlab machines) or a preset .json path");
+    add_decimal_option(app, "--splits", splits, "split_kv: number of KV chunks (0: 4)", 0, kMaxSequenceLength);
+    if (!with_blocks) return;
     add_decimal_option(app, "--block-rows", block_rows, "explicit Br (query rows per block; 0: derived)", 0,
                        kMaxSequenceLength);
     add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (keys per block; 0: derived)", 0, kMaxSequenceLength);
-    add_decimal_option(app, "--splits", splits, "split_kv: number of KV chunks (0: 4)", 0, kMaxSequenceLength);
     app.add_option("--block-rule", block_rule,
                    "derived blocks: fitting (the paper's shape shrunk to fit M; default) or paper (the paper's rule "
                    "as written, M/4 per Q, K, V, O tile; the arena grows to its working set)");
@@ -460,6 +465,49 @@ int command_kernel_tiles(const std::string& machine_key, const std::string& gene
   return 0;
 }
 
+// The tilings of M with the least HBM traffic (or roofline time), the Pareto front against the
+// working set, the block rules' place on it, and the best tiling run through the real schedule.
+struct SearchCommand {
+  std::string schedules = "fa2", objective = "hbm";
+  int multiple_of = 1, max_rows = 0, max_cols = 0, registers_per_thread = 0, threads = 128, front_rows = 24;
+  std::int64_t max_tile_steps = kMaxSearchTileSteps;
+  bool square = false, exhaustive = false;
+};
+
+int command_search(ProblemOptions& po, const SearchCommand& sc, bool dtype_given, const std::string& json_path,
+                   const std::string& command) {
+  require_writable(json_path);
+  std::optional<Machine> machine;
+  if (!po.machine.empty()) machine = find_machine(po.machine);
+  const Problem problem = po.problem(machine ? &*machine : nullptr, dtype_given);
+  SearchOptions options;
+  options.schedules = split(sc.schedules);
+  try {
+    options.objective = search_objective_from_string(sc.objective);
+  } catch (const std::invalid_argument& error) {
+    throw BadInput(std::string("--objective: ") + error.what());
+  }
+  SearchConstraints& c = options.constraints;
+  c.sram_bytes = !po.sram.empty() ? parse_bytes(po.sram, "--sram") : machine ? machine->sram_bytes : 0;
+  if (c.sram_bytes == 0) throw BadInput("give the SRAM size (--sram 228K) or a --machine");
+  c.multiple_of = sc.multiple_of;
+  c.max_rows = sc.max_rows;
+  c.max_cols = sc.max_cols;
+  c.square = sc.square;
+  c.registers_per_thread = sc.registers_per_thread;
+  c.threads_per_block = sc.threads;
+  c.num_splits = po.splits;
+  options.machine = machine ? &*machine : nullptr;
+  options.exhaustive = sc.exhaustive;
+  options.max_tile_steps = sc.max_tile_steps;
+  validate_search(problem, options);
+  if (checks_only) return 0;
+  const SearchResult result = search_tilings(problem, options);
+  print_search(std::cout, result, static_cast<std::size_t>(sc.front_rows));
+  if (!json_path.empty()) write_output_file(json_path, search_to_json(result, command).dump(1) + "\n");
+  return result.verification.closed_form_equal ? 0 : 1;
+}
+
 }  // namespace
 
 int flashlab::cli::run(int argc, char** argv, Mode mode) {
@@ -537,6 +585,31 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   kernel_tiles->add_option("--direction", tiles_direction, "only this direction (forward, backward)");
   kernel_tiles->add_option("--json", json_path, "write the tilings as JSON");
 
+  SearchCommand search_command;
+  ProblemOptions search_problem;
+  CLI::App* search = app.add_subcommand("search", "the block sizes of M with the least HBM traffic or time: best, Pareto front, the rules' place");
+  search->add_option("--schedule,--schedules,-s", search_command.schedules,
+                     "schedule, or loop orders of one pass to compare (fa1,fa2)");
+  search->add_option("--objective", search_command.objective, "hbm (HBM bytes; default) or time (roofline, needs --machine)");
+  add_decimal_option(*search, "--multiple-of", search_command.multiple_of, "Br and Bc multiples of this (16: tensor-core tiles)", 1,
+                     1 << 16);
+  add_decimal_option(*search, "--max-rows", search_command.max_rows, "Br at most this (0: no limit)", 0, kMaxSequenceLength);
+  add_decimal_option(*search, "--max-cols", search_command.max_cols, "Bc at most this (0: no limit)", 0, kMaxSequenceLength);
+  search->add_flag("--square", search_command.square, "square blocks only (Br = Bc)");
+  add_decimal_option(*search, "--registers-per-thread", search_command.registers_per_thread,
+                     "register budget: fp32 accumulator elements per thread (S_ij and the output tile; 0: none)", 0, 1 << 16);
+  add_decimal_option(*search, "--threads", search_command.threads, "threads per block sharing the accumulators (default 128)", 1,
+                     1 << 16);
+  search->add_flag("--exhaustive", search_command.exhaustive, "cost every candidate (default: one per block count where that is exact)");
+  add_decimal_option(*search, "--max-tile-steps", search_command.max_tile_steps,
+                     "closed-form work the search spends at most (more: a fuller front, slower)", std::int64_t{1},
+                     std::int64_t{1} << 40);
+  add_decimal_option(*search, "--front-rows", search_command.front_rows, "Pareto-front rows printed (the JSON has all)", 1, 1 << 20);
+  search->add_option("--json", json_path, "write the result as JSON (schema: docs/schemas/search.schema.json)");
+  search_problem.seqlen = 16384;
+  search_problem.head_dim = 128;
+  search_problem.add_to(*search, false);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -556,6 +629,7 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     }
     if (*trace) return command_trace(trace_problem, schedule, trace->count("--dtype") > 0, out, max_events, value_limit);
     if (*machines) return command_machines(as_json);
+    if (*search) return command_search(search_problem, search_command, search->count("--dtype") > 0, json_path, command);
     if (*kernel_tiles) return command_kernel_tiles(tiles_machine, tiles_generation, tiles_direction, json_path, command);
     if (*experiment) {
       const Machine machine = machine_key.empty() ? default_machine() : find_machine(machine_key);

@@ -66,13 +66,17 @@ with tempfile.TemporaryDirectory() as work:
     run("kernel-tiles", "--machine", "h200", "--json", out("tiles_h200.json"))
     run("trace", "--schedule", "fa2", "--sram", "8K", "--causal", "--out", out("trace.json"))
     run("trace", "--schedule", "fa1_backward", "--sram", "8K", "--out", out("trace_backward.json"))
+    run("search", "--schedule", "fa2", "-n", "1024", "-d", "64", "--machine", "h100", "--sram", "64K", "--multiple-of", "16",
+        "--objective", "time", "--json", out("search.json"))
+    run("search", "--schedules", "fa1,fa2", "-n", "300", "-d", "32", "--sram", "16K", "--causal", "--registers-per-thread", "64",
+        "--json", out("search_orders.json"))
     with open(out("machines.json"), "w") as f:
         subprocess.run([flashlab, "machines", "--json"], check=True, stdout=f)
 
     outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json"], "sweep": ["sweep.json", "sweep_machine.json"],
                "experiment": ["experiment.json"], "figure2": ["figure2.json"],
                "kernel-tiles": ["tiles.json", "tiles_h200.json"], "trace": ["trace.json", "trace_backward.json"],
-               "machines": ["machines.json"]}
+               "machines": ["machines.json"], "search": ["search.json", "search_orders.json"]}
     documents = {name: [load(out(f)) for f in files] for name, files in outputs.items()}
     for name, docs in documents.items():
         for file, document in zip(outputs[name], docs):
@@ -90,6 +94,8 @@ with tempfile.TemporaryDirectory() as work:
     assert "num_splits" in documents["run"][2]["blocks"]
     assert documents["run"][3]["serving"]["page_reads"] == "whole_pages" and "page_table" in documents["run"][3]["counters"]["tensors"]
     assert "page_reads" not in documents["run"][2]["serving"] and documents["run"][4]["dkv_reduction"] == "in_place"
+    assert "seconds" in documents["search"][0]["best"] and documents["search"][1]["machine"] is None
+    assert len(documents["search"][1]["rules"]) == 4 and documents["search"][1]["verification"]["closed_form_equal"]
     assert {e["kind"] for e in documents["trace"][0]["events"]} >= {"line", "load", "store", "compute", "free", "softmax_update"}
 
     # --- broken documents: every schema must reject them -------------------------------------
@@ -160,6 +166,12 @@ with tempfile.TemporaryDirectory() as work:
                     "an unknown causal alignment", "not one of")
     expect_rejected("machines", mutated("machines", lambda d: d[0].__setitem__("sram_bytes", 0)), "a machine without SRAM",
                     "minimum")
+    expect_rejected("search", mutated("search", lambda d: d["rules"][0].__setitem__("rule", "guess")), "an unknown block rule",
+                    "not one of")
+    expect_rejected("search", mutated("search", lambda d: d["rules"][0].__setitem__("rank", 0)), "a rank of 0", "minimum")
+    expect_rejected("search", mutated("search", lambda d: d["front"][0].pop("working_set_bytes")), "a front point without its working set",
+                    "required field")
+    expect_rejected("search", mutated("search", lambda d: d.__setitem__("front", [])), "an empty front", "fewer than 1")
 
     # --- the validator refuses a schema keyword it does not implement, instead of skipping it ---
     with open(out("unsupported.schema.json"), "w") as f:

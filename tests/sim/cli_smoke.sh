@@ -15,4 +15,8 @@ head -1 "$work/s.csv" | grep -q "^schedule,mask,seqlen,head_dim,sram_bytes,statu
 "$flashlab" machines | grep -q h100
 "$flashlab" kernel-tiles --machine h200 --generation fa2 --json "$work/tiles.json" | grep -q "128x64"
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['format']=='flashlab-kernel-tiles' and j['machine']=='h200'; assert any(t['direction']=='forward' and t['head_dim']==128 and (t['block_rows'],t['block_cols'])==(128,64) for t in j['tilings'])" "$work/tiles.json"
-echo "flashlab check, experiment, sweep, machines and kernel-tiles ran"
+# search: FA2's least-traffic tiling of 64 KB at N = 1024, d = 64, fp16 is 176 x 16 (tests/sim/test_search.cpp derives it).
+"$flashlab" search --schedule fa2 -n 1024 -d 64 --dtype fp16 --sram 64K --multiple-of 16 >"$work/search.txt"
+grep -q "^best (fa2) *176 x 16" "$work/search.txt"
+grep -q "equal to the closed form per tensor" "$work/search.txt"
+echo "flashlab check, experiment, sweep, machines, kernel-tiles and search ran"
