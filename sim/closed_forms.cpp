@@ -562,7 +562,7 @@ bool has_paper_block_rule(std::string_view schedule) {
 BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, BlockRule rule) {
   const bool paper_rule = rule == BlockRule::paper && has_paper_block_rule(schedule);
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
-  const std::int64_t m = sram_bytes / element_bytes(problem.dtype);  // M in elements
+  const std::int64_t m = sram_elements(sram_bytes, problem.dtype);
   const std::int64_t d = problem.head_dim;
   const std::int64_t paper = ceil_div(std::max<std::int64_t>(m, 1), 4 * d).value();  // ceil(M / 4d)
   const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, kMaxSequenceLength)); };

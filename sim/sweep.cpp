@@ -274,7 +274,7 @@ std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points) {
     // has two terms of comparable size, e.g. N d + N^2 d^2 s / M).
     const SweepPoint& middle = *members[members.size() / 2];
     const Exponents theory =
-        theory_exponents(schedule, static_cast<double>(middle.sram_bytes) / element_bytes(middle.dtype), middle.head_dim);
+        theory_exponents(schedule, sram_elements_exact(middle.sram_bytes, middle.dtype), middle.head_dim);
     fit.theory = variable == "N" ? theory.n : variable == "M" ? theory.m : theory.d;
     fit.bound_slope = fit_exponent(x, bound);
     if (variable == "N") fit.fixed = {{"head_dim", a}, {"sram_bytes", b}};

@@ -200,7 +200,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   std::cout << "problem: batch " << problem.batch << ", heads " << problem.heads_q << "/" << problem.heads_kv << ", N "
             << problem.seqlen_q << " x " << problem.seqlen_k << ", d " << problem.head_dim << "/" << problem.value_dim()
             << ", " << to_string(problem.dtype) << (problem.mask.causal ? ", causal" : "") << "\n";
-  std::cout << "SRAM M = " << options.sram_bytes << " B (" << options.sram_bytes / element_bytes(problem.dtype)
+  std::cout << "SRAM M = " << options.sram_bytes << " B (" << sram_elements(options.sram_bytes, problem.dtype)
             << " elements); blocks Br " << result.blocks.block_rows << ", Bc " << result.blocks.block_cols << "; "
             << to_string(options.memory) << " model, " << result.heads_run << " of " << result.heads_total
             << " heads run, " << std::setprecision(3) << seconds << " s\n";

@@ -102,6 +102,21 @@ TEST_CASE("standard attention's row-block form fits M at N = 65536 (163 KiB, bf1
   CHECK(row_blocks.tensor[static_cast<int>(TensorId::S)].hbm_read_elements == 2 * 48 * 48);
 }
 
+TEST_CASE("M in elements: one conversion, whole elements for the rules, the exact ratio for the bounds", "[sim][agreement]") {
+  CHECK(sram_elements(163 * 1024, DType::bf16) == 83456);
+  CHECK(sram_elements(98304, DType::fp32) == 24576);
+  CHECK(sram_elements(7, DType::fp16) == 3);
+  CHECK(sram_elements_exact(7, DType::fp16) == 3.5);
+  Problem problem;
+  problem.dtype = DType::fp16;
+  CHECK(bound_inputs(problem, 7).m == 3.5);
+  // The run's rule and the bound see the same M: FA2's Br = ceil(M / 4d) at M = 64 KiB bf16, d = 64.
+  problem.seqlen_q = problem.seqlen_k = 4096;
+  problem.head_dim = 64;
+  problem.dtype = DType::bf16;
+  CHECK(derive_blocks("fa2", problem, 64 * 1024, BlockRule::paper).block_rows == 32768 / 256);
+}
+
 TEST_CASE("run and sweep refuse the same point with the same reason", "[sim][agreement]") {
   const Case c{"fa2", 1024, 256, 1024, DType::fp32};
   std::string run_reason;
