@@ -12,8 +12,13 @@
 // schedule returns the same outputs. Dropout (FA1 Algorithm 2's convention) multiplies P as it
 // is read back in line 3; P in HBM stays the undropped softmax.
 //
-// SRAM: line 2 holds block_rows full rows of S and P (2 * Br * seqlen_k elements); the other
-// lines hold Br x Bc tiles.
+// SRAM: every line holds Br x Bc tiles, so the working set fits any M that holds three of them
+// (closed_forms.cpp: working_set). Line 2 needs each row's max and sum before it can write P,
+// so when a row spans more than one key block (Bc < seqlen_k) it reads S twice, by blocks: once
+// for the row statistics m, l (the online recurrence of Milakov and Gimelshein, as FA2's
+// line 10 keeps them) and once to write P_ij = exp(S_ij - m) / l. When one block holds the whole
+// row (Bc >= seqlen_k) S_i is read once, as the paper's line 2 does. Either way the traffic is
+// Theta(N d + N^2) (FA1 Theorem 2): the row-block form adds one N^2 read of S.
 #pragma once
 
 #include <algorithm>
@@ -66,12 +71,39 @@ void standard_attention(Memory& mem, const HeadProblem& head, const StandardTili
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
     const Range rows = row_block(row_begin);
     mem.mark_line(2);
-    Tile s = mem.load(S, rows);
-    Tile m = mem.row_max(TensorId::m, s);
-    Tile p = mem.exp_minus_row(TensorId::P, s, m);  // a fully masked row gives zeros
-    Tile l = mem.row_sum(TensorId::l, p);
-    mem.divide_rows(p, l);
-    mem.store(P, rows, p);
+    if (Bc >= head.seqlen_k) {  // one block holds the whole row: S_i read once
+      Tile s = mem.load(S, rows);
+      Tile m = mem.row_max(TensorId::m, s);
+      Tile p = mem.exp_minus_row(TensorId::P, s, m);  // a fully masked row gives zeros
+      Tile l = mem.row_sum(TensorId::l, p);
+      mem.divide_rows(p, l);
+      mem.store(P, rows, p);
+      Tile lse = mem.log_sum_exp(TensorId::LSE, m, l);
+      mem.store(x.LSE, rows, lse);
+      continue;
+    }
+    // Row-block form: the row statistics over the key blocks first (online max and sum) ...
+    Tile m = mem.vector(TensorId::m, rows, kNegInf);
+    Tile l = mem.vector(TensorId::l, rows, 0.0f);
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      Tile s = mem.load(S, rows, col_block(col_begin));
+      Tile m_new = mem.row_max(TensorId::m, s);
+      mem.maximum(m_new, m);
+      Tile p = mem.exp_minus_row(TensorId::P, s, m_new);
+      Tile rescale = mem.exp_difference(TensorId::m, m, m_new);
+      Tile p_row_sum = mem.row_sum(TensorId::l, p);
+      mem.scale_rows(l, rescale);
+      mem.add(l, p_row_sum);
+      m = std::move(m_new);
+    }
+    // ... then P_ij = exp(S_ij - m) / l, block by block.
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      const Range cols = col_block(col_begin);
+      Tile s = mem.load(S, rows, cols);
+      Tile p = mem.exp_minus_row(TensorId::P, s, m);
+      mem.divide_rows(p, l);
+      mem.store(P, rows, cols, p);
+    }
     Tile lse = mem.log_sum_exp(TensorId::LSE, m, l);
     mem.store(x.LSE, rows, lse);
   }

@@ -81,7 +81,7 @@ inline Fa1Tiling Fa1Tiling::paper_rule(std::int64_t sram_bytes, int head_dim, DT
         " bytes is too small for FA1's block-size rule; allowed: M >= 4 * head_dim * " +
         std::to_string(element_bytes(dtype)) + " = " + std::to_string(minimum) + " bytes");
   }
-  const std::int64_t elements = sram_bytes / element_bytes(dtype);
+  const std::int64_t elements = sram_elements(sram_bytes, dtype);
   const std::int64_t Bc = (elements + 4LL * head_dim - 1) / (4LL * head_dim);  // ceil(M / 4d)
   const std::int64_t Br = std::min<std::int64_t>(Bc, head_dim);  // min(ceil(M / 4d), d)
   return {static_cast<int>(Br), static_cast<int>(Bc)};
@@ -108,7 +108,7 @@ inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, 
         "; allowed: M >= " + std::to_string(minimum) + " bytes (1 x 1 blocks)");
   }
   // The working set grows with Bc: binary search for the largest Bc that fits.
-  std::int64_t low = 1, high = std::max<std::int64_t>(1, sram_bytes / element_bytes(dtype));
+  std::int64_t low = 1, high = std::max<std::int64_t>(1, sram_elements(sram_bytes, dtype));
   while (low < high) {
     const std::int64_t middle = low + (high - low + 1) / 2;
     if (fits(middle))

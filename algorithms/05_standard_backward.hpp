@@ -3,7 +3,8 @@
 //
 //   line 1: dV = P^T dO               P, dO read by blocks, dV written
 //   line 2: dP = dO V^T               dO, V read by blocks, dP written to HBM
-//   line 3: dS = P * (dP - rowsum(P * dP))    P, dP read, dS written to HBM
+//   line 3: dS = P * (dP - rowsum(P * dP))    P, dP read (twice by blocks when a row spans
+//                                             several key blocks), dS written to HBM
 //   line 4: dQ = dS K                 dS, K read by blocks, dQ written
 //   line 5: dK = dS^T Q               dS, Q read by blocks, dK written
 //
@@ -35,8 +36,9 @@
 namespace flashlab {
 
 // The blocks of Algorithm 0's (02_standard_attention.hpp): query rows x keys of the N x N
-// matrices moved by lines 1, 2, 4 and 5 (and the residual pass). Line 3 moves whole rows of P, dP
-// and dS: its row sum needs the full row.
+// matrices moved by every line (and the residual pass). Line 3's row sum D_i needs the full row:
+// when a row spans more than one key block (Bc < seqlen_k) it reads P and dP twice, by blocks,
+// first for D_i, then to write dS_ij; one block per row (Bc >= seqlen_k) reads them once.
 using StandardBackwardTiling = StandardTiling;
 
 // The N x N matrices of one head in HBM. S is only needed (and only allocated) with a softcap.
@@ -109,19 +111,43 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
     }
   }
 
-  // Line 3: read P, dP (whole rows), compute dS_ij = P_ij (dP_ij - sum_l P_il dP_il), write dS.
+  // Line 3: read P, dP, compute dS_ij = P_ij (dP_ij - sum_l P_il dP_il), write dS.
   mem.mark_line(3);
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {
     const Range rows = row_block(row_begin);
-    Tile p = mem.load(residuals.P, rows);
-    Tile dp = mem.load(dP, rows);
-    Tile d_row = mem.row_dot(TensorId::D, p, dp);
-    Tile ds = mem.softmax_backward(TensorId::dS, p, dp, d_row);
-    if (head.softcap > 0) {
-      Tile s_scaled = mem.load(residuals.S, rows);
-      mem.chain_score_mods(ds, s_scaled, head);
+    if (Bc >= head.seqlen_k) {  // one block holds the whole row
+      Tile p = mem.load(residuals.P, rows);
+      Tile dp = mem.load(dP, rows);
+      Tile d_row = mem.row_dot(TensorId::D, p, dp);
+      Tile ds = mem.softmax_backward(TensorId::dS, p, dp, d_row);
+      if (head.softcap > 0) {
+        Tile s_scaled = mem.load(residuals.S, rows);
+        mem.chain_score_mods(ds, s_scaled, head);
+      }
+      mem.store(dS, rows, ds);
+      continue;
     }
-    mem.store(dS, rows, ds);
+    // Row-block form: D_i = sum_j rowsum(P_ij * dP_ij) over the key blocks first ...
+    Tile d_row = mem.vector(TensorId::D, rows, 0.0f);
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      const Range cols = col_block(col_begin);
+      Tile p = mem.load(residuals.P, rows, cols);
+      Tile dp = mem.load(dP, rows, cols);
+      Tile partial = mem.row_dot(TensorId::D, p, dp);
+      mem.add(d_row, partial);
+    }
+    // ... then dS_ij block by block.
+    for (int col_begin = 0; col_begin < head.seqlen_k; col_begin += Bc) {
+      const Range cols = col_block(col_begin);
+      Tile p = mem.load(residuals.P, rows, cols);
+      Tile dp = mem.load(dP, rows, cols);
+      Tile ds = mem.softmax_backward(TensorId::dS, p, dp, d_row);
+      if (head.softcap > 0) {
+        Tile s_scaled = mem.load(residuals.S, rows, cols);
+        mem.chain_score_mods(ds, s_scaled, head);
+      }
+      mem.store(dS, rows, cols, ds);
+    }
   }
 
   // Line 4: load dS, K by blocks, compute dQ = scale dS K, write dQ to HBM.
@@ -162,7 +188,12 @@ void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const Stan
   StandardBackwardResiduals residuals;
   residuals.P = scratch.matrix(TensorId::P, head.dtype, head.seqlen_q, head.seqlen_k);
   if (head.softcap > 0) residuals.S = scratch.matrix(TensorId::S, head.dtype, head.seqlen_q, head.seqlen_k);
-  Memory forward_side(mem.config());
+  // The residual pass stands for Algorithm 0's forward pass, which this run does not count: it
+  // is not held to the backward's M either (its own working set is standard attention's, four
+  // tiles Q_i, K_j, S_ij, P_ij where Algorithm 3's lines hold three).
+  MemoryConfig forward_config = mem.config();
+  forward_config.sram_capacity_bytes = 0;
+  Memory forward_side(forward_config);
   standard_forward_residuals(forward_side, head, tiling, x, residuals);
   if (forward_counters) *forward_counters += forward_side.counters();
   standard_backward(mem, head, tiling, x, residuals);

@@ -48,7 +48,7 @@ struct SquareTiling {
   }
   // Saha and Ye, Algorithm 1: B = floor(sqrt(M / 4)) with M the SRAM size in elements.
   static SquareTiling from_sram(std::int64_t sram_bytes, DType dtype) {
-    const std::int64_t elements = sram_bytes / element_bytes(dtype);
+    const std::int64_t elements = sram_elements(sram_bytes, dtype);
     const auto side = static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(elements) / 4.0)));
     if (side < 1) {
       throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " bytes gives a square tile side of 0; allowed: M >= " +

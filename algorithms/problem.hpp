@@ -23,6 +23,13 @@ namespace flashlab {
 enum class DType { fp32, fp16, bf16 };
 
 inline int element_bytes(DType dtype) { return dtype == DType::fp32 ? 4 : 2; }
+// The one conversion of an SRAM size from bytes to elements of a dtype, the unit of the papers'
+// formulas (FA1: "SRAM of size M" counts elements): whole elements for the block-size rules,
+// the exact ratio for the bounds and the exponents they predict.
+inline std::int64_t sram_elements(std::int64_t sram_bytes, DType dtype) { return sram_bytes / element_bytes(dtype); }
+inline double sram_elements_exact(std::int64_t sram_bytes, DType dtype) {
+  return static_cast<double>(sram_bytes) / element_bytes(dtype);
+}
 const char* to_string(DType dtype);
 DType dtype_from_string(const std::string& name);  // "fp32", "fp16", "bf16"; throws otherwise
 float round_to(DType dtype, float value);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "checked_math.hpp"
+#include "counters.hpp"
 #include "problem.hpp"
 #include "tensors.hpp"
 
@@ -38,35 +39,6 @@
 namespace flashlab {
 
 using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// ---------------------------------------------------------------------------------------------
-// Counters: plain data, summed over heads with +=, printed elsewhere.
-struct TensorTraffic {
-  std::int64_t hbm_read_elements = 0;
-  std::int64_t hbm_write_elements = 0;
-  std::int64_t hbm_read_bytes = 0;
-  std::int64_t hbm_write_bytes = 0;
-  bool operator==(const TensorTraffic&) const = default;
-};
-
-struct Counters {
-  std::array<TensorTraffic, kTensorCount> tensor{};
-  std::int64_t matmul_flops = 0;  // 2 per multiply-add
-  std::int64_t exponentials = 0;  // exp, log and tanh evaluations (the special-function unit)
-  std::int64_t other_flops = 0;   // every other non-matmul operation, 1 per element written
-  std::int64_t sram_peak_bytes = 0;
-  std::int64_t loads = 0;   // tile transfers HBM -> SRAM
-  std::int64_t stores = 0;  // tile transfers SRAM -> HBM
-
-  const TensorTraffic& operator[](TensorId id) const { return tensor[static_cast<int>(id)]; }
-  std::int64_t hbm_read_bytes() const;
-  std::int64_t hbm_write_bytes() const;
-  std::int64_t hbm_bytes() const;
-  // Sums traffic and FLOPs; the peak is the maximum (heads run one after another). Every sum
-  // here is checked (checked_math.hpp): a count past int64 is refused, never wrapped.
-  Counters& operator+=(const Counters& other);
-  bool operator==(const Counters&) const = default;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Trace events, for the recorder and the visualizer.

@@ -10,7 +10,7 @@ namespace flashlab::sim {
 
 BoundInputs bound_inputs(const Problem& p, std::int64_t sram_bytes, double sparsity) {
   return {static_cast<double>(p.seqlen_q), static_cast<double>(p.seqlen_k), static_cast<double>(p.head_dim),
-          static_cast<double>(sram_bytes) / element_bytes(p.dtype), sparsity, static_cast<double>(p.value_dim())};
+          sram_elements_exact(sram_bytes, p.dtype), sparsity, static_cast<double>(p.value_dim())};
 }
 
 double standard_bound(const BoundInputs& x) { return (x.nq + x.nk) * x.d + x.nq * x.nk; }
@@ -24,7 +24,7 @@ double memory_efficient_bound(const BoundInputs& x) { return x.nq * x.nk * x.d /
 double square_tiling_bound(const BoundInputs& x) { return x.nq * x.nk * x.d / std::sqrt(x.m) + x.nq * x.nk; }
 
 std::string theorem_range_warning(const Problem& problem, std::int64_t sram_bytes) {
-  const double m = static_cast<double>(sram_bytes) / element_bytes(problem.dtype);
+  const double m = sram_elements_exact(sram_bytes, problem.dtype);
   const double d = problem.head_dim, n = std::max(problem.seqlen_q, problem.seqlen_k);
   if (sram_bytes <= 0 || (m >= d && m <= n * d)) return "";
   std::ostringstream text;

@@ -80,8 +80,9 @@ void for_blocks(Count length, Count block, F f) {
 
 // ---------------------------------------------------------------------------------------------
 // Standard attention (FA1 Algorithm 0; 02_standard_attention.hpp). Tr = ceil(Nq / Br) query
-// blocks. Q read once; K and V once per query block (Tr Nk d); S written and read once; P written
-// and read once; O and LSE written once. Nothing is skipped.
+// blocks. Q read once; K and V once per query block (Tr Nk d); S written once and read once
+// (Bc >= Nk: whole rows) or twice (row-block form, Tc = ceil(Nk / Bc) > 1: statistics, then P);
+// P written and read once; O and LSE written once. Nothing is skipped.
 Counters standard_head(const Head& h, const BlockSizes& b) {
   Counters c;
   for_blocks(h.nq, b.block_rows, [&](Count, Count rows) {
@@ -92,11 +93,18 @@ Counters standard_head(const Head& h, const BlockSizes& b) {
       add_read(c, TensorId::P, rows * cols, h.e, 1);  // line 3
       add_read(c, TensorId::V, cols * h.dv, h.e, 1);
     });
-    add_read(c, TensorId::S, rows * h.nk, h.e, 1);  // line 2: whole rows
-    add_write(c, TensorId::P, rows * h.nk, h.e, 1);
+    if (Count(b.block_cols) >= h.nk) {  // line 2, one block holds the row: S_i read once
+      add_read(c, TensorId::S, rows * h.nk, h.e, 1);
+      add_write(c, TensorId::P, rows * h.nk, h.e, 1);
+      add(c.exponentials, rows * h.nk + rows);  // P, log(l)
+    } else {  // line 2, row-block form: S_ij read for m, l, then again to write P_ij
+      const Count Tc = ceil_div(h.nk, b.block_cols);
+      add_read(c, TensorId::S, 2 * rows * h.nk, h.e, 2 * Tc);
+      add_write(c, TensorId::P, rows * h.nk, h.e, Tc);
+      add(c.exponentials, 2 * rows * h.nk + rows * Tc + rows);  // P twice, the rescales, log(l)
+    }
     add_write(c, TensorId::LSE, rows, kStatBytes, 1);
     add_write(c, TensorId::O, rows * h.dv, h.e, 1);  // line 3
-    add(c.exponentials, rows * h.nk + rows);
   });
   c.matmul_flops = (2 * h.nq * h.nk * (h.d + h.dv)).value();
   return c;
@@ -266,9 +274,15 @@ Counters standard_backward_head(const Head& h, const BlockSizes& b) {
   add_read(c, TensorId::dO, h.nq * h.dv, h.e, Tr);  // line 2
   add_read(c, TensorId::V, Tr * h.nk * h.dv, h.e, Tr * Tc);
   add_write(c, TensorId::dP, nn, h.e, Tr * Tc);
-  add_read(c, TensorId::P, nn, h.e, Tr);  // line 3
-  add_read(c, TensorId::dP, nn, h.e, Tr);
-  add_write(c, TensorId::dS, nn, h.e, Tr);
+  if (Tc == 1) {  // line 3, one block holds the row: P_i, dP_i read once
+    add_read(c, TensorId::P, nn, h.e, Tr);
+    add_read(c, TensorId::dP, nn, h.e, Tr);
+    add_write(c, TensorId::dS, nn, h.e, Tr);
+  } else {  // line 3, row-block form: P_ij, dP_ij read for D_i, then again to write dS_ij
+    add_read(c, TensorId::P, 2 * nn, h.e, 2 * Tr * Tc);
+    add_read(c, TensorId::dP, 2 * nn, h.e, 2 * Tr * Tc);
+    add_write(c, TensorId::dS, nn, h.e, Tr * Tc);
+  }
   add_read(c, TensorId::dS, 2 * nn, h.e, 2 * Tr * Tc);  // lines 4 and 5
   add_read(c, TensorId::K, Tr * h.nk * h.d, h.e, Tr * Tc);
   add_write(c, TensorId::dQ, h.nq * h.d, h.e, Tr);
@@ -440,7 +454,8 @@ Count working_set(std::string_view schedule, const Problem& p, const BlockSizes&
   const Count nk = p.seqlen_k, d = p.head_dim, dv = p.value_dim(), e = element_bytes(p.dtype), f = kStatBytes;
   if (schedule == "standard") {
     return std::max({e * (r * d + c * d + r * c),      // line 1: Q_i, K_j, S_ij
-                     2 * e * r * nk + 3 * f * r,       // line 2: whole rows of S and P; m, l, LSE
+                     c >= nk ? 2 * e * r * nk + 3 * f * r    // line 2, whole rows of S and P; m, l, LSE
+                             : 2 * e * r * c + 5 * f * r,   // or blocks S_ij, P_ij; m, l, m_new, rescale, rowsum
                      e * (r * dv + r * c + c * dv)});  // line 3: O_i, P_ij, V_j
   }
   if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse") {
@@ -472,7 +487,9 @@ Count working_set(std::string_view schedule, const Problem& p, const BlockSizes&
   if (schedule == "standard_backward") {
     return std::max({e * (c * dv + r * c + r * dv),  // line 1: dV_j, P_ij, dO_i
                      e * (r * dv + c * dv + r * c),  // line 2: dO_i, V_j, dP_ij
-                     3 * e * r * nk + f * r,         // line 3: whole rows of P, dP, dS; D
+                     c >= nk ? 3 * e * r * nk + f * r  // line 3, whole rows of P, dP, dS; D
+                             : std::max(3 * e * r * c + f * r,         // or blocks P_ij, dP_ij, dS_ij; D
+                                        2 * e * r * c + 2 * f * r),    // (first pass: P_ij, dP_ij; D, its partial)
                      e * (r * d + r * c + c * d)});  // lines 4 and 5: dQ_i, dS_ij, K_j
   }
   if (schedule == "memory_efficient") {
@@ -592,7 +609,7 @@ bool has_paper_block_rule(std::string_view schedule) {
 BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, BlockRule rule) {
   const bool paper_rule = rule == BlockRule::paper && has_paper_block_rule(schedule);
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
-  const std::int64_t m = sram_bytes / element_bytes(problem.dtype);  // M in elements
+  const std::int64_t m = sram_elements(sram_bytes, problem.dtype);
   const std::int64_t d = problem.head_dim;
   const std::int64_t paper = ceil_div(std::max<std::int64_t>(m, 1), 4 * d).value();  // ceil(M / 4d)
   const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, kMaxSequenceLength)); };

@@ -33,7 +33,8 @@ struct ExperimentResult {
 
 // Sweeps N (at the machine's M), M (at fixed N) and d (at the machine's M) for every schedule,
 // fits the exponents, finds the Saha-Ye crossover, and prints the tables to `out`.
-ExperimentResult run_experiment(const Machine& machine, std::ostream& out);
+// rule: how every point's blocks are derived from its M (the sweep's, SweepGrid::block_rule).
+ExperimentResult run_experiment(const Machine& machine, std::ostream& out, BlockRule rule = BlockRule::fitting);
 nlohmann::json experiment_to_json(const ExperimentResult& result, const std::string& command);
 
 // FA1 Figure 2 (left): GPT-2 medium (N = 1024, d = 64, 16 heads, batch 64), forward + backward,

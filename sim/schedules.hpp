@@ -107,7 +107,7 @@ struct ScheduleInfo {
   std::string paper;        // "FA2 Algorithm 1"
   std::string description;  // one line
   Pass pass = Pass::forward;
-  bool tiled = true;        // false: block sizes do not change its HBM traffic (standard)
+  bool tiled = true;        // false: Theta(N d + N^2) at any block size (standard); derived like the rest
   // GQA/MQA: the query heads of one KV head run as one unit that reads K and V once (packed
   // query heads, as decoding kernels do): split_kv. The others read K, V once per query head.
   bool shares_kv_in_group = false;

@@ -123,26 +123,18 @@ PointPlan plan_point(const SweepGrid& grid, const std::string& schedule, int seq
   point.dtype = grid.dtype;
   const MaskSpec mask = parse_mask(mask_text);
   plan.problem = sweep_problem(grid, seqlen, head_dim, mask, {});
-  const bool tiled = find_schedule(schedule).tiled;
-  if (!tiled) {
-    // Standard attention's softmax line holds whole rows of S and P (2 Br N elements), which no
-    // SRAM holds at large N: the baseline runs with d x d blocks (so Q, K, V are read O(1) times
-    // per N^2 element, as FA1 Theorem 2 assumes) and an unbounded arena; its traffic does not
-    // depend on M, and its SRAM peak is reported as counted.
-    point.blocks = {std::min(head_dim, seqlen), std::min(head_dim, seqlen)};
-    point.sram_unbounded = true;
-  } else {
-    try {
-      point.blocks = derive_blocks(schedule, plan.problem, sram_bytes);
-    } catch (const std::invalid_argument& error) {
-      point.fits = false;
-      point.reason = error.what();
-      return plan;
-    }
+  // One policy for every entry point (run, sweep, experiment, the visualizer, flashlab.sim):
+  // the blocks the schedule's rule derives from M, in an arena of M bytes.
+  try {
+    point.blocks = derive_blocks(schedule, plan.problem, sram_bytes, grid.block_rule);
+  } catch (const std::invalid_argument& error) {
+    point.fits = false;
+    point.reason = error.what();
+    return plan;
   }
   plan.options.memory = MemoryKind::shape;
-  plan.options.sram_bytes = tiled ? sram_bytes : 0;
-  plan.options.blocks = point.blocks;
+  plan.options.block_rule = grid.block_rule;
+  plan.options.sram_bytes = sram_bytes;  // the run derives point.blocks again, as `flashlab run` does
   try {
     require_within_limits(schedule, plan.problem, plan.options, run_cost(schedule, plan.problem, plan.options));
   } catch (const std::invalid_argument& error) {
@@ -171,7 +163,10 @@ SweepPoint count_point(const SweepGrid& grid, const std::string& schedule, int s
     const auto& keep = problem.block_sparsity.keep;
     point.kept_fraction = static_cast<double>(std::count(keep.begin(), keep.end(), 1)) / static_cast<double>(keep.size());
   }
-  point.counters = run_schedule(schedule, problem, plan.options).counters;
+  const RunResult run = run_schedule(schedule, problem, plan.options);
+  point.counters = run.counters;
+  point.block_rule = run.block_rule;
+  point.arena_bytes = run.arena_bytes;
   const double heads = static_cast<double>(grid.batch) * grid.heads;
   point.bound = schedule_bound(schedule, problem, sram_bytes, point.kept_fraction);
   point.bound.elements *= heads;
@@ -279,7 +274,7 @@ std::vector<SweepFit> fit_sweep(const std::vector<SweepPoint>& points) {
     // has two terms of comparable size, e.g. N d + N^2 d^2 s / M).
     const SweepPoint& middle = *members[members.size() / 2];
     const Exponents theory =
-        theory_exponents(schedule, static_cast<double>(middle.sram_bytes) / element_bytes(middle.dtype), middle.head_dim);
+        theory_exponents(schedule, sram_elements_exact(middle.sram_bytes, middle.dtype), middle.head_dim);
     fit.theory = variable == "N" ? theory.n : variable == "M" ? theory.m : theory.d;
     fit.bound_slope = fit_exponent(x, bound);
     if (variable == "N") fit.fixed = {{"head_dim", a}, {"sram_bytes", b}};
@@ -302,7 +297,8 @@ nlohmann::json point_json(const SweepPoint& p, const Machine* machine) {
   j["block_rows"] = p.blocks.block_rows;
   j["block_cols"] = p.blocks.block_cols;
   j["kept_fraction"] = p.kept_fraction;
-  j["sram_unbounded"] = p.sram_unbounded;
+  j["block_rule"] = p.block_rule;
+  j["arena_bytes"] = p.arena_bytes;
   for (const char* field : {"hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements", "matmul_flops", "exponentials",
                             "other_flops", "sram_peak_bytes"}) {
     j[field] = counters[field];
@@ -319,7 +315,8 @@ nlohmann::json point_json(const SweepPoint& p, const Machine* machine) {
 nlohmann::json sweep_to_json(const SweepGrid& grid, const std::vector<SweepPoint>& points, const std::vector<SweepFit>& fits,
                              const Machine* machine, const std::string& command) {
   nlohmann::json json{{"format", "flashlab-sweep"}, {"version", 1},          {"command", command},
-                      {"dtype", to_string(grid.dtype)}, {"batch", grid.batch}, {"heads", grid.heads}};
+                      {"dtype", to_string(grid.dtype)}, {"batch", grid.batch}, {"heads", grid.heads},
+                      {"block_rule", to_string(grid.block_rule)}};
   json["machine"] = machine ? to_json(*machine) : nlohmann::json(nullptr);
   json["points"] = nlohmann::json::array();
   for (const SweepPoint& p : points) json["points"].push_back(point_json(p, machine));

@@ -3,10 +3,10 @@
 //
 // Output schema (version 1; the JSON is what scripts/plot_sweep.py reads):
 //   {"format": "flashlab-sweep", "version": 1, "command": "<the exact command line>",
-//    "machine": <preset> | null, "dtype": "bf16", "batch": 1, "heads": 1,
+//    "machine": <preset> | null, "dtype": "bf16", "batch": 1, "heads": 1, "block_rule": "fitting",
 //    "points": [{"schedule", "mask", "seqlen", "head_dim", "sram_bytes",
 //                "status": "ok" | "does_not_fit", "reason" (does_not_fit only),
-//                "block_rows", "block_cols", "kept_fraction", "sram_unbounded",
+//                "block_rows", "block_cols", "block_rule", "arena_bytes", "kept_fraction",
 //                "hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "hbm_elements",
 //                "matmul_flops", "exponentials", "other_flops", "sram_peak_bytes",
 //                "bound": {"formula", "source", "elements"}, "lower_bound_elements",
@@ -53,6 +53,7 @@ struct SweepGrid {
   DType dtype = DType::bf16;
   int batch = 1;
   int heads = 1;
+  BlockRule block_rule = BlockRule::fitting;  // how every point's blocks are derived from its M
   void validate() const;  // throws std::invalid_argument naming the bad entry
 };
 
@@ -62,7 +63,8 @@ struct SweepPoint {
   std::int64_t sram_bytes = 0;
   DType dtype = DType::bf16;
   bool fits = true;
-  bool sram_unbounded = false;  // standard attention: 64 x 64 blocks, arena unbounded (see count_point)
+  std::string block_rule;       // "fitting" or "paper" (schedules.hpp: BlockRule), as the run reports it
+  std::int64_t arena_bytes = 0; // the run's SRAM arena: M, or the paper rule's working set
   std::string reason;  // why it does not fit
   BlockSizes blocks;
   double kept_fraction = 1;

@@ -24,6 +24,7 @@ struct Lane {
   std::optional<sim::Bound> bound;      // sim/bounds.hpp: the schedule's asymptotic bound
   std::optional<sim::Bound> lower_bound;  // and the lower bound of every exact algorithm
   std::int64_t bound_sram_bytes = 0;    // the M the bounds are taken at
+  std::string block_rule;               // how the blocks were chosen: given, fitting or paper (recorded runs)
   std::string bound_note;
   ScoreGrid grid;
   std::vector<TensorId> hbm_tensors;    // tensors the trace moves, in first-use order

@@ -28,6 +28,7 @@ expect_error("trace format version 99; this build reads version 1" --trace ${OUT
 expect_error("not a FlashLab trace" --trace ${OUT}/not_a_trace.json)
 expect_error("cannot open trace file" --trace ${OUT}/no_such_file.json)
 expect_error("too large to animate" --seqlen 5000)
+expect_error("block rule 'papr' is unknown; allowed: fitting, paper" --sram 8192 --block-rule papr)
 expect_error("flashlab sweep" --seqlen 5000)
 expect_error("schedule 'fa9' is unknown" --schedule fa9)
 expect_error("--mask = 'diagonal'" --mask diagonal)

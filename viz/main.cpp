@@ -49,7 +49,7 @@ struct Options {
 const char* kUsage =
     "usage: flashlab_viz [--schedule NAME] [--compare NAME] [--seqlen N | --seqlen-q N --seqlen-k N]\n"
     "                    [--head-dim D] [--mask none|causal|window] [--window W] [--dtype fp32|fp16|bf16]\n"
-    "                    [--blocks BRxBC | --sram BYTES] [--trace FILE] [--save-trace FILE]\n"
+    "                    [--blocks BRxBC | --sram BYTES [--block-rule fitting|paper]] [--trace FILE] [--save-trace FILE]\n"
     "                    [--screenshot FILE.png [--frames N] [--position P] [--hover ROWxCOL] [--layout FILE.json]]\n"
     "                    [--size WxH]\n"
     "Schedules: the registry of sim/schedules.hpp (flashlab list). --position P is the fraction of the\n"
@@ -106,6 +106,8 @@ Options parse_options(int argc, char** argv) {
     } else if (option == "--sram") {
       r.sram_bytes = parse_int(option, value, 1, 1 << 30);
       r.blocks_from_sram = true;
+    } else if (option == "--block-rule") {
+      r.block_rule = sim::block_rule_from_string(value);
     } else if (option == "--trace") {
       o.trace_path = value;
     } else if (option == "--save-trace") {

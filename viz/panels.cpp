@@ -184,6 +184,7 @@ void run_lanes(AppState& app) {
     try {
       Recording recording = record_trace(request);
       set_lane_trace(lane, std::move(recording.trace), recording.counters);
+      lane.block_rule = recording.block_rule;
     } catch (const std::exception& error) {
       lane.has_trace = false;
       lane.error = lane.schedule + ": " + error.what();
@@ -347,6 +348,15 @@ void ShowControls(AppState& app, bool* open) {
     r.sram_bytes = static_cast<std::int64_t>(sram_kib) * 1024;
     changed = true;
   }
+  if (r.blocks_from_sram) {
+    ImGui::SameLine();
+    int rule = r.block_rule == sim::BlockRule::paper ? 1 : 0;
+    ImGui::SetNextItemWidth(90);
+    if (ImGui::Combo("block rule", &rule, "fitting\0paper\0")) {
+      r.block_rule = rule == 1 ? sim::BlockRule::paper : sim::BlockRule::fitting;
+      changed = true;
+    }
+  }
   ImGui::SameLine(0, 16);
   if (ImGui::Button("Run")) run_lanes(app), app.relayout = true;
   ImGui::SameLine(0, 32);
@@ -403,10 +413,10 @@ void ShowControls(AppState& app, bool* open) {
     ImGui::PopStyleColor();
   } else if (lead.has_trace) {
     const TraceInfo& info = lead.trace.info;
-    ImGui::Text("%s on N = %d x %d, d = %d, %s, %s; blocks %d x %d; M = %s.  Event %zu of %zu: %s", info.schedule.c_str(),
+    ImGui::Text("%s on N = %d x %d, d = %d, %s, %s; blocks %d x %d%s%s; M = %s.  Event %zu of %zu: %s", info.schedule.c_str(),
                 info.seqlen_q, info.seqlen_k, info.head_dim, to_string(info.dtype),
                 info.mask.causal ? "causal" : (info.mask.window_left >= 0 ? "sliding window" : "no mask"),
-                info.block_rows, info.block_cols,
+                info.block_rows, info.block_cols, lead.block_rule.empty() ? "" : " by the rule: ", lead.block_rule.c_str(),
                 info.sram_capacity_bytes ? bytes_text(info.sram_capacity_bytes).c_str() : "unbounded",
                 lead.cursor.position(), lead.cursor.size(),
                 lead.state.last ? event_text(*lead.state.last).c_str() : "start");

@@ -19,7 +19,7 @@ std::map<std::string, Pseudocode, std::less<>> make_pseudocode() {
   all["standard"] = {"Standard attention (FA1 Algorithm 0): S and P go through HBM",
                      {{0, "in HBM: Q, K, V (N x d)"},
                       {1, "load Q, K by blocks; S = tau Q K^T (masked); write S to HBM"},
-                      {2, "read S; P = softmax(S) row by row; write P (and LSE) to HBM"},
+                      {2, "read S by blocks: row max m, sum l; read S again; write P = exp(S - m) / l (and LSE)"},
                       {3, "load P, V by blocks; O = P V; write O to HBM"},
                       {4, "return O"}}};
 
@@ -69,7 +69,7 @@ std::map<std::string, Pseudocode, std::less<>> make_pseudocode() {
                               {{0, "in HBM: Q, K, V, dO and P (N x N, from the forward pass)"},
                                {1, "load P, dO by blocks; dV = P^T dO; write dV to HBM"},
                                {2, "load dO, V by blocks; dP = dO V^T; write dP to HBM"},
-                               {3, "read P, dP; dS = P * (dP - rowsum(P * dP)); write dS to HBM"},
+                               {3, "read P, dP by blocks: D = rowsum(P * dP); again: dS = P * (dP - D); write dS"},
                                {4, "load dS, K by blocks; dQ = dS K; write dQ to HBM"},
                                {5, "load dS, Q by blocks; dK = dS^T Q; write dK to HBM"},
                                {6, "return dQ, dK, dV"}}};

@@ -53,6 +53,7 @@ Recording record_trace(const RecordRequest& request) {
   options.memory = sim::MemoryKind::data;
   options.sram_bytes = request.sram_bytes;
   if (!request.blocks_from_sram) options.blocks = {request.block_rows, request.block_cols};
+  options.block_rule = request.block_rule;
   options.seed = request.seed;
   TraceRecorder recorder(kMaxAnimatedEvents, kRecordedTileValues);
   options.trace = &recorder;
@@ -65,7 +66,7 @@ Recording record_trace(const RecordRequest& request) {
                                                               std::to_string(kMaxAnimatedEvents) + " an animation keeps"));
   Trace trace = recorder.finish(std::move(info));
   check_replayable(trace, "the recorded trace");  // holds by the limits above; every lane's trace passes it
-  return {std::move(trace), run.counters};
+  return {std::move(trace), run.counters, run.block_rule};
 }
 
 std::vector<std::string> schedule_names() {

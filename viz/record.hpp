@@ -23,7 +23,8 @@ struct RecordRequest {
   int head_dim = 64;
   MaskChoice mask = MaskChoice::none;
   int window = 64;                   // sliding window: keys within `window` before the query (and itself)
-  bool blocks_from_sram = false;     // true: derive block sizes from sram_bytes (the paper's rule)
+  bool blocks_from_sram = false;     // true: derive block sizes from sram_bytes by block_rule
+  sim::BlockRule block_rule = sim::BlockRule::fitting;  // as `flashlab run --block-rule`
   int block_rows = 64;               // Br
   int block_cols = 64;               // Bc
   std::int64_t sram_bytes = 0;       // M in bytes (bounds the arena; 0: unbounded)
@@ -36,7 +37,8 @@ Problem request_problem(const RecordRequest& request);
 
 struct Recording {
   Trace trace;
-  Counters counters;  // what the memory model counted on the run
+  Counters counters;       // what the memory model counted on the run
+  std::string block_rule;  // "given", "fitting" or "paper" (sim::RunResult::block_rule)
 };
 
 // Runs the schedule with the recording sink. Throws std::invalid_argument for a bad request

@@ -315,12 +315,13 @@ def _list(name: str, values: Any) -> list:
 def sweep(schedules: Union[str, Sequence[str]], seqlens: Union[int, Sequence[int]],
           head_dims: Union[int, Sequence[int]], sram: Union[None, Sram, Sequence[Sram]] = None, *,
           masks: Union[str, Sequence[str]] = "none", dtype: Optional[str] = None, batch: int = 1, heads: int = 1,
-          machine: Optional[str] = None, jobs: int = 1) -> Sweep:
+          machine: Optional[str] = None, jobs: int = 1, block_rule: str = "fitting") -> Sweep:
     """Counts every point of the grid schedules x seqlens (N) x head_dims (d) x sram (M) x masks
     shape-only, with its bound and (with a machine) its roofline time, and fits the log-log
     exponents along N, M and d. Masks: "none", "causal", "window:W", "sparse:S". M defaults to
     the machine's, dtype to the machine's, else bf16. "all" is every schedule. jobs: threads
-    counting the points (the result is the serial one, in the same order)."""
+    counting the points (the result is the serial one, in the same order). block_rule: how each
+    point's blocks come from its M, as in run() ("fitting" or "paper")."""
     names = schedule_names() if schedules == "all" else _list("schedules", schedules)
     n = [_integer(f"seqlens[{i}]", v, 1, limits["max_sweep_seqlen"]) for i, v in enumerate(_list("seqlens", seqlens))]
     d = [_integer(f"head_dims[{i}]", v, 1, limits["max_sweep_head_dim"])
@@ -336,10 +337,11 @@ def sweep(schedules: Union[str, Sequence[str]], seqlens: Union[int, Sequence[int
     threads = _integer("jobs", jobs, 1, limits["max_sweep_jobs"])
     command = (f"flashlab.sim.sweep({names!r}, {n!r}, {d!r}, sram={sizes!r}, masks={_list('masks', masks)!r}, "
                f"dtype={dtype!r}, batch={batch!r}, heads={heads!r}, machine={machine!r}"
-               + (f", jobs={threads!r})" if threads != 1 else ")"))
+               + (f", jobs={threads!r}" if threads != 1 else "")
+               + (f", block_rule={block_rule!r})" if block_rule != "fitting" else ")"))
     result = _core.sweep(names, n, d, sizes, _list("masks", masks), dtype, _integer("batch", batch, 1, limits["max_batch"]),
                          _integer("heads", heads, 1, limits["max_heads"]), machine or "", MACHINES_DIR, command,
-                         threads)
+                         threads, str(block_rule))
     return Sweep(result)
 
 

@@ -333,8 +333,9 @@ void bind_sim(nb::module_& m) {
                     const std::vector<int>& head_dims, const std::vector<std::int64_t>& sram_bytes,
                     const std::vector<std::string>& masks, const std::string& dtype, int batch, int heads,
                     const std::string& machine_key, const std::string& machines_dir, const std::string& command,
-                    int jobs) {
+                    int jobs, const std::string& block_rule) {
     SweepGrid grid;
+    grid.block_rule = block_rule_from_string(block_rule);
     grid.schedules = schedule_names;
     grid.seqlens = seqlens;
     grid.head_dims = head_dims;
@@ -353,7 +354,7 @@ void bind_sim(nb::module_& m) {
     return to_python(result);
   }, nb::arg("schedules"), nb::arg("seqlens"), nb::arg("head_dims"), nb::arg("sram_bytes"), nb::arg("masks"),
      nb::arg("dtype"), nb::arg("batch"), nb::arg("heads"), nb::arg("machine"), nb::arg("machines_dir"), nb::arg("command"),
-     nb::arg("jobs") = 1, "the sweep's JSON (schema: docs/schemas/sweep.schema.json)");
+     nb::arg("jobs") = 1, nb::arg("block_rule") = "fitting", "the sweep's JSON (schema: docs/schemas/sweep.schema.json)");
 
   m.def("search", [](const std::vector<std::string>& schedule_names, const Problem& problem, std::int64_t sram_bytes,
                      const std::string& objective, int multiple_of, int max_rows, int max_cols, bool square,

@@ -111,3 +111,19 @@ def test_jobs_refused(jobs, message):
     with pytest.raises(ValueError) as error:
         sim.sweep("fa2", 256, 64, sram="16K", jobs=jobs)
     assert message in str(error.value)
+
+
+def test_block_rule_paper_gives_the_runs_blocks_and_arena():
+    # FA1 Algorithm 1 line 1 as written at d = 64, M = 64 KiB bf16 (32768 elements):
+    # Bc = ceil(32768 / 256) = 128, Br = min(Bc, d) = 64; the arena grows to its working set.
+    point = sim.sweep("fa1", 1024, 64, sram="64K", block_rule="paper")[0]
+    run = sim.run("fa1", sim.problem(1024, 64, dtype="bf16"), sram="64K", block_rule="paper")
+    assert (point["block_rows"], point["block_cols"]) == (64, 128)
+    assert point["block_rule"] == run.block_rule == "paper"
+    assert point["arena_bytes"] == run.arena_bytes > 64 * 1024
+    assert point["hbm_bytes"] == run.counters["hbm_bytes"]
+    fitting = sim.sweep("fa1", 1024, 64, sram="64K")
+    assert fitting[0]["block_rule"] == "fitting" and fitting[0]["arena_bytes"] == 64 * 1024
+    assert fitting.to_json()["block_rule"] == "fitting"
+    with pytest.raises(ValueError, match="block rule 'papr' is unknown; allowed: fitting, paper"):
+        sim.sweep("fa1", 1024, 64, sram="64K", block_rule="papr")

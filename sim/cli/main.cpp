@@ -102,6 +102,18 @@ std::vector<int> split_ints(const std::string& text, const char* option, int low
   return values;
 }
 
+// --block-rule of run, trace, sweep and experiment.
+BlockRule parse_block_rule(const std::string& text) {
+  try {
+    return block_rule_from_string(text);
+  } catch (const std::invalid_argument& error) {
+    throw BadInput(std::string("--block-rule: ") + error.what());
+  }
+}
+constexpr const char* kBlockRuleHelp =
+    "derived blocks: fitting (the paper's shape shrunk to fit M; default) or paper (the paper's rule "
+    "as written, M/4 per Q, K, V, O tile; the arena grows to its working set)";
+
 // The problem options shared by run, trace and figure-like commands.
 struct ProblemOptions {
   int batch = 1, heads = 1, heads_kv = 0, seqlen = 1024, seqlen_k = 0, head_dim = 64, head_dim_v = 0;
@@ -136,9 +148,7 @@ struct ProblemOptions {
     add_decimal_option(app, "--block-rows", block_rows, "explicit Br (query rows per block; 0: derived)", 0,
                        kMaxSequenceLength);
     add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (keys per block; 0: derived)", 0, kMaxSequenceLength);
-    app.add_option("--block-rule", block_rule,
-                   "derived blocks: fitting (the paper's shape shrunk to fit M; default) or paper (the paper's rule "
-                   "as written, M/4 per Q, K, V, O tile; the arena grows to its working set)");
+    app.add_option("--block-rule", block_rule, kBlockRuleHelp);
   }
 
   Problem problem(const Machine* preset, bool dtype_given) const {
@@ -168,11 +178,7 @@ struct ProblemOptions {
     }
     if (splits < 0) throw BadInput("--splits = " + std::to_string(splits) + "; allowed: >= 1 (0: 4)");
     options.blocks.num_splits = splits;  // kept by the registry when the block sizes are derived
-    try {
-      options.block_rule = block_rule_from_string(block_rule);
-    } catch (const std::invalid_argument& error) {
-      throw BadInput(std::string("--block-rule: ") + error.what());
-    }
+    options.block_rule = parse_block_rule(block_rule);
     return options;
   }
 };
@@ -249,7 +255,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
   std::cout << "problem: batch " << problem.batch << ", heads " << problem.heads_q << "/" << problem.heads_kv << ", N "
             << problem.seqlen_q << " x " << problem.seqlen_k << ", d " << problem.head_dim << "/" << problem.value_dim()
             << ", " << to_string(problem.dtype) << (problem.mask.causal ? ", causal" : "") << "\n";
-  std::cout << "SRAM M = " << options.sram_bytes << " B (" << options.sram_bytes / element_bytes(problem.dtype)
+  std::cout << "SRAM M = " << options.sram_bytes << " B (" << sram_elements(options.sram_bytes, problem.dtype)
             << " elements); blocks Br " << result.blocks.block_rows << ", Bc " << result.blocks.block_cols << "; "
             << to_string(options.memory) << " model, " << result.heads_run << " of " << result.heads_total
             << " heads run, " << std::setprecision(3) << seconds << " s\n";
@@ -278,6 +284,7 @@ int command_run(ProblemOptions& po, const std::string& schedule, bool data, bool
     std::cout << "dK/dV reduction " << to_string(options.group_reduction) << " over groups of " << problem.group_size() << "\n";
     json["dkv_reduction"] = to_string(options.group_reduction);
   }
+  json["bound"] = {{"formula", bound.formula}, {"source", bound.source}, {"elements", bound.elements * heads}};
   if (!bound.warning.empty()) json["bound_warning"] = bound.warning;
   if (info.pass == Pass::decode) {  // what a serving engine reports per generated token
     const ServingMetrics serving = serving_metrics(problem, result.counters, options.kv_cache);
@@ -337,7 +344,7 @@ int command_check(const std::string& sram, std::uint64_t seed) {
 int command_sweep(const std::string& schedules_text, const std::string& seqlens, const std::string& head_dims,
                   const std::string& srams, const std::string& masks, const std::string& dtype, const std::string& machine_key,
                   const std::string& json_path, const std::string& csv_path, int jobs, bool quiet,
-                  const std::string& command) {
+                  const std::string& block_rule, const std::string& command) {
   require_valid_jobs(jobs);
   require_writable(json_path);
   require_writable(csv_path);
@@ -352,6 +359,7 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
   for (const std::string& size : split(srams)) grid.sram_bytes.push_back(parse_bytes(size, "--sram"));
   grid.masks = split(masks);
   grid.dtype = !dtype.empty() ? dtype_from_string(dtype) : machine ? machine->dtype : DType::bf16;
+  grid.block_rule = parse_block_rule(block_rule);
   grid.validate();
   if (checks_only) return 0;
   const auto start = std::chrono::steady_clock::now();
@@ -361,6 +369,7 @@ int command_sweep(const std::string& schedules_text, const std::string& seqlens,
   const std::vector<SweepPoint> points = run_sweep(grid, report, jobs);
   const std::vector<SweepFit> fits = fit_sweep(points);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "block rule " << to_string(grid.block_rule) << "\n";
   print_fits(std::cout, fits);
   std::cout << points.size() << " points in " << std::setprecision(3) << seconds << " s\n";
   if (!json_path.empty()) write_output_file(json_path, sweep_to_json(grid, points, fits, machine ? &*machine : nullptr, command).dump(1) + "\n");
@@ -552,6 +561,8 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   add_decimal_option(*sweep, "--jobs,-j", jobs, "threads counting points (results identical to --jobs 1, in the same order)", 1,
                      kMaxSweepJobs);
   sweep->add_flag("--quiet,-q", quiet, "no progress lines on stderr");
+  std::string sweep_block_rule = "fitting", experiment_block_rule = "fitting";
+  sweep->add_option("--block-rule", sweep_block_rule, kBlockRuleHelp);
 
   std::int64_t max_events = TraceRecorder::kDefaultMaxEvents;
   std::int64_t value_limit = 4096;
@@ -574,6 +585,7 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   CLI::App* experiment = app.add_subcommand("experiment", "the default experiment: sweep on the embedded H100, table, fits, Saha-Ye crossover, JSON");
   experiment->add_option("--out-dir", out_dir, "directory for experiment.json");
   experiment->add_option("--machine", machine_key, "a preset instead of the embedded H100");
+  experiment->add_option("--block-rule", experiment_block_rule, kBlockRuleHelp);
 
   CLI::App* figure2 = app.add_subcommand("figure2", "FA1 Figure 2's HBM column: GPT-2 medium forward + backward on an A100");
   figure2->add_option("--json", json_path, "write the table as JSON");
@@ -625,7 +637,7 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     if (*check) return command_check(check_sram, seed);
     if (*sweep) {
       return command_sweep(sweep_schedules, seqlens, head_dims, srams, masks, dtype_text, machine_key, json_path, csv_path, jobs, quiet,
-                           command);
+                           sweep_block_rule, command);
     }
     if (*trace) return command_trace(trace_problem, schedule, trace->count("--dtype") > 0, out, max_events, value_limit);
     if (*machines) return command_machines(as_json);
@@ -633,11 +645,12 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     if (*kernel_tiles) return command_kernel_tiles(tiles_machine, tiles_generation, tiles_direction, json_path, command);
     if (*experiment) {
       const Machine machine = machine_key.empty() ? default_machine() : find_machine(machine_key);
+      const BlockRule rule = parse_block_rule(experiment_block_rule);
       if (!std::filesystem::is_directory(out_dir)) throw BadInput("--out-dir " + out_dir + " is not a directory");
       const std::string path = (std::filesystem::path(out_dir) / "experiment.json").string();
       require_writable(path);
       if (checks_only) return 0;
-      const ExperimentResult result = run_experiment(machine, std::cout);
+      const ExperimentResult result = run_experiment(machine, std::cout, rule);
       write_output_file(path, experiment_to_json(result, command).dump(1) + "\n");
       std::cout << "wrote " << path << "\n";
       return 0;

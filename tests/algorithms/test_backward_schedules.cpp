@@ -277,10 +277,11 @@ TEST_CASE("Standard backward moves P, dP and dS through HBM (Algorithm 3)", "[ba
   problem.head_dim_v = 8;
   const std::int64_t Tr = 4, Tc = 3, Nq = 100, Nk = 70, d = 16, dv = 8;
   const Counters c = run_standard_backward<ShapeMemory>(problem, nullptr, 0, StandardBackwardTiling{32, 32});
-  CHECK(c[TensorId::P].hbm_read_elements == 2 * Nq * Nk);  // lines 1 and 3
+  // Line 3 by blocks (Bc = 32 < Nk = 70): P and dP read once for D_i, once more for dS_ij.
+  CHECK(c[TensorId::P].hbm_read_elements == 3 * Nq * Nk);  // line 1, line 3 twice
   CHECK(c[TensorId::P].hbm_write_elements == 0);           // written by the forward pass
   CHECK(c[TensorId::dP].hbm_write_elements == Nq * Nk);    // line 2
-  CHECK(c[TensorId::dP].hbm_read_elements == Nq * Nk);     // line 3
+  CHECK(c[TensorId::dP].hbm_read_elements == 2 * Nq * Nk); // line 3, twice
   CHECK(c[TensorId::dS].hbm_write_elements == Nq * Nk);    // line 3
   CHECK(c[TensorId::dS].hbm_read_elements == 2 * Nq * Nk); // lines 4 and 5
   CHECK(c[TensorId::dO].hbm_read_elements == Tc * Nq * dv + Nq * dv);  // lines 1 and 2
@@ -291,6 +292,11 @@ TEST_CASE("Standard backward moves P, dP and dS through HBM (Algorithm 3)", "[ba
   CHECK(c[TensorId::dK].hbm_write_elements == Nk * d);
   CHECK(c[TensorId::dV].hbm_write_elements == Nk * dv);
   CHECK(c.matmul_flops == 2 * Nq * Nk * (2 * d + 2 * dv));  // no S = Q K^T: P is read
+  // One key block per row (Bc = 70 = Nk): line 3 reads whole rows of P and dP once.
+  const Counters whole_rows = run_standard_backward<ShapeMemory>(problem, nullptr, 0, StandardBackwardTiling{32, 70});
+  CHECK(whole_rows[TensorId::P].hbm_read_elements == 2 * Nq * Nk);  // lines 1 and 3
+  CHECK(whole_rows[TensorId::dP].hbm_read_elements == Nq * Nk);     // line 3
+  CHECK(whole_rows[TensorId::dS].hbm_write_elements == Nq * Nk);
 }
 
 TEST_CASE("Backward schedules reject bad block sizes and overflow a too small SRAM by name", "[backward]") {

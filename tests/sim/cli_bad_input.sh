@@ -28,6 +28,9 @@ expect_refusal() {
 }
 
 expect_refusal "schedule 'fa9' is unknown" run --schedule fa9 --sram 64K --json "$work/out.json"
+expect_refusal "block rule 'papr' is unknown; allowed: fitting, paper" sweep --schedules fa1 --seqlens 256 --head-dims 64 \
+  --sram 64K --block-rule papr --json "$work/out.json"
+expect_refusal "block rule 'x' is unknown; allowed: fitting, paper" experiment --block-rule x --out-dir "$work"
 expect_refusal "machine 'z80' is unknown" run --schedule fa2 --machine z80 --json "$work/out.json"
 expect_refusal "not valid JSON" run --schedule fa2 --machine "$work/malformed.json" --json "$work/out.json"
 expect_refusal "sram_bytes" sweep --machine "$work/bad_field.json" --json "$work/out.json"

@@ -60,6 +60,8 @@ with tempfile.TemporaryDirectory() as work:
         "--masks", "none,causal", "--quiet", "--json", out("sweep.json"))
     run("sweep", "--schedules", "fa1,fa2", "--seqlens", "256,512,1024", "--head-dims", "64", "--machine", "a100",
         "--quiet", "--json", out("sweep_machine.json"))
+    run("sweep", "--schedules", "fa1,standard", "--seqlens", "512", "--head-dims", "64", "--sram", "64K", "--block-rule", "paper",
+        "--quiet", "--json", out("sweep_paper.json"))
     run("experiment", "--out-dir", work)
     run("figure2", "--json", out("figure2.json"))
     run("kernel-tiles", "--json", out("tiles.json"))
@@ -73,7 +75,8 @@ with tempfile.TemporaryDirectory() as work:
     with open(out("machines.json"), "w") as f:
         subprocess.run([flashlab, "machines", "--json"], check=True, stdout=f)
 
-    outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json"], "sweep": ["sweep.json", "sweep_machine.json"],
+    outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json"],
+               "sweep": ["sweep.json", "sweep_machine.json", "sweep_paper.json"],
                "experiment": ["experiment.json"], "figure2": ["figure2.json"],
                "kernel-tiles": ["tiles.json", "tiles_h200.json"], "trace": ["trace.json", "trace_backward.json"],
                "machines": ["machines.json"], "search": ["search.json", "search_orders.json"]}
@@ -90,6 +93,9 @@ with tempfile.TemporaryDirectory() as work:
     sweep = documents["sweep"][0]
     assert {p["status"] for p in sweep["points"]} == {"ok", "does_not_fit"}, "sweep.json: both kinds of point"
     assert documents["sweep"][1]["machine"] is not None and sweep["machine"] is None
+    paper = documents["sweep"][2]
+    assert paper["block_rule"] == "paper" and [p["block_rule"] for p in paper["points"]] == ["paper", "fitting"]
+    assert documents["run"][0]["bound"]["source"] == "FA1 Theorem 2"
     assert "errors" in documents["run"][1] and "roofline" in documents["run"][0]
     assert "num_splits" in documents["run"][2]["blocks"]
     assert documents["run"][3]["serving"]["page_reads"] == "whole_pages" and "page_table" in documents["run"][3]["counters"]["tensors"]

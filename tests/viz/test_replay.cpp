@@ -231,3 +231,28 @@ TEST_CASE("a problem too large to animate says so and points to the sweep", "[vi
   CHECK(recording.trace.info.block_rows == 32);
   CHECK(!recording.trace.events.empty());
 }
+
+TEST_CASE("a recording with blocks from M has flashlab run's blocks and counts, under either block rule", "[viz][record]") {
+  for (const sim::BlockRule rule : {sim::BlockRule::fitting, sim::BlockRule::paper}) {
+    for (const char* schedule : {"standard", "fa1", "fa2", "fa2_backward"}) {
+      RecordRequest request;
+      request.schedule = schedule;
+      request.seqlen_q = request.seqlen_k = 96;
+      request.head_dim = 16;
+      request.blocks_from_sram = true;
+      request.sram_bytes = 8 * 1024;
+      request.block_rule = rule;
+      const Recording recording = record_trace(request);
+      sim::RunOptions options;  // as `flashlab run --sram 8K --block-rule ...` does it
+      options.memory = sim::MemoryKind::shape;
+      options.sram_bytes = request.sram_bytes;
+      options.block_rule = rule;
+      const sim::RunResult run = sim::run_schedule(schedule, request_problem(request), options);
+      INFO(schedule << ", rule " << sim::to_string(rule));
+      CHECK(recording.trace.info.block_rows == run.blocks.block_rows);
+      CHECK(recording.trace.info.block_cols == run.blocks.block_cols);
+      CHECK(recording.block_rule == run.block_rule);
+      CHECK(recording.counters == run.counters);
+    }
+  }
+}
