@@ -207,14 +207,14 @@ std::vector<std::string> figure2_assumptions(const std::string& forward, const B
   const std::string every_access = "every global-memory access counted: no L2 or other cache between SRAM and HBM";
   if (forward == "standard") {
     return {"FA1 Algorithm 0 forward, Algorithm 3 backward from P (the residual pass that writes P is the forward's)",
-            "blocks Br x Bc = " + blocks + ": the largest square blocks up to d whose whole rows fit M = " +
-                std::to_string(sram_bytes) + " B (forward: rows of S and P, 2 e Br N + 12 Br bytes; backward: rows of "
-                "P, dP and dS, 3 e Br N + 4 Br)",
-            "mask fused into S and no dropout kernel: 11 N x N passes, 4 forward (S and P written and read once) and 7 "
-            "backward (P read twice, dP written and read, dS written once and read twice)",
+            "blocks Br x Bc = " + blocks + ": d x d, the fitting rule of every entry point, in row blocks whose "
+                "working set (three tiles) fits M = " + std::to_string(sram_bytes) + " B",
+            "mask fused into S and no dropout kernel; a row spans several key blocks, so 14 N x N passes: 5 forward (S "
+            "written once and read twice, for the row's max and sum and then for P; P written and read once) and 9 "
+            "backward (P read three times, dP written once and read twice, dS written once and read twice)",
             "Q, K, V re-read once per query block of the forward; Q, K, V, dO once per block of the backward",
             every_access,
-            "per head: forward e (2 + 2 Tr) N d + 4 e N^2 + 4 N; backward e (7 N^2 + (2 Tr + 2 Tc + 4) N d)"};
+            "per head: forward e (2 + 2 Tr) N d + 5 e N^2 + 4 N; backward e (9 N^2 + (2 Tr + 2 Tc + 4) N d)"};
   }
   if (forward == "fa1") {
     return {"FA1 Algorithm 1 forward, Algorithm 4 backward",

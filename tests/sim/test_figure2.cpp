@@ -43,28 +43,25 @@ TEST_CASE("Figure 2: each reproduced number is the count its stated assumptions 
   REQUIRE(rows.size() == 3);
   const std::int64_t M = a100.sram_bytes;  // 166 912 B
 
-  SECTION("standard attention: its blocks, 11 N x N passes, Q, K, V, dO re-read per block") {
+  SECTION("standard attention: d x d row blocks, 14 N x N passes, Q, K, V, dO re-read per block") {
     const Row r = row_of(rows[0]);
-    // Whole rows of S and P must fit: forward 2 e b N + 12 b <= M, backward 3 e b N + 4 b <= M
-    // (P, dP, dS rows and D), with b <= d: 4108 b <= 166912 gives b = 40, 6148 b gives b = 27.
+    // The fitting rule's d x d blocks, whose three tiles (e.g. Q_i, K_j, S_ij) fit M with room.
     CHECK(M == 166912);
-    CHECK(r.forward_rows == 40);
-    CHECK(r.forward_cols == 40);
-    CHECK(r.backward_rows == 27);
-    CHECK(r.backward_cols == 27);
-    CHECK(40 * (2 * e * N + 12) <= M);
-    CHECK(41 * (2 * e * N + 12) > M);
-    CHECK(27 * (3 * e * N + 4) <= M);
-    CHECK(28 * (3 * e * N + 4) > M);
-    // Forward: Q, O once, K, V Tr times (Tr = 26); S, P written and read once; LSE in fp32.
-    const std::int64_t Tr = ceil_div(N, 40);
-    CHECK(r.forward == heads * (e * (2 + 2 * Tr) * N * d + 4 * e * N * N + 4 * N));  // 15.84 GB
-    // Backward (Tr = Tc = 38): 7 N x N passes; dO Tc + 1 times, V and K Tr times, Q Tc times;
-    // dQ, dK, dV written once.
-    const std::int64_t T = ceil_div(N, 27);
-    CHECK(r.backward == heads * e * (7 * N * N + (2 * T + 2 * T + 4) * N * d));  // 35.97 GB
-    CHECK(r.forward == 15841886208LL);
-    CHECK_THAT(r.assumes, contains_text("40 x 40 forward, 27 x 27 backward") && contains_text("11 N x N passes"));
+    CHECK(r.forward_rows == d);
+    CHECK(r.forward_cols == d);
+    CHECK(r.backward_rows == d);
+    CHECK(r.backward_cols == d);
+    CHECK(3 * e * d * d <= M);
+    // Forward (Tr = 16 query blocks, 16 key blocks per row): Q, O once, K, V Tr times; S written
+    // once and read twice (the row's max and sum, then P), P written and read once; LSE in fp32.
+    const std::int64_t T = ceil_div(N, d);
+    CHECK(r.forward == heads * (e * (2 + 2 * T) * N * d + 5 * e * N * N + 4 * N));  // 15.31 GB
+    // Backward (Tr = Tc = 16): 9 N x N passes (P read three times, dP written once and read
+    // twice, dS written once and read twice); dO Tc + 1 times, V and K Tr times, Q Tc times; dQ,
+    // dK, dV written once.
+    CHECK(r.backward == heads * e * (9 * N * N + (2 * T + 2 * T + 4) * N * d));  // 28.45 GB
+    CHECK(r.forward == 15305015296LL);
+    CHECK_THAT(r.assumes, contains_text("64 x 64 forward, 64 x 64 backward") && contains_text("14 N x N passes"));
   }
 
   SECTION("FA1: the running O and dQ in fp32 in HBM, once per key block") {
