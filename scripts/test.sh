@@ -3,7 +3,7 @@
 #   release   configure, build and run every test (GPU tests skip cleanly where no GPU is present)
 #   sanitize  the CPU parts built by clang with ASan and UBSan, float-cast-overflow included
 #             (preset debug-clang), and every test run on that build
-#   fuzz      each libFuzzer target for FLASHLAB_FUZZ_SECONDS (default 30) on its committed seeds
+#   fuzz      each libFuzzer target for FLASHLAB_FUZZ_SECONDS (default 20) on its committed seeds
 #             (scripts/fuzz.sh; docs/fuzzing.md)
 #   python    the Python package as a new user gets it: a fresh virtual environment, `pip install .`
 #             of this checkout (the CUDA kernels left out: the release stage builds and tests
@@ -40,7 +40,7 @@ for stage in "${stages[@]}"; do
       ctest --preset debug-clang -j "$(nproc)"
       ;;
     fuzz)
-      bash scripts/fuzz.sh --seconds "${FLASHLAB_FUZZ_SECONDS:-30}"
+      bash scripts/fuzz.sh --seconds "${FLASHLAB_FUZZ_SECONDS:-20}"
       ;;
     python)
       venv=build/python-venv
