@@ -162,17 +162,22 @@ step_sanitize() {
   done
 }
 step_ncu_bwd() {
-  # Our FA2 backward's main kernel next to SDPA flash's backward kernel on the same shape (bf16,
-  # batch 4, 2048 / d heads, seqlen 4096, d = NCU_BWD_HDIM or 128, non-causal): Nsight Compute's
-  # full set for each, the details pages as text and the stall reasons per SASS line of ours.
-  local d=${NCU_BWD_HDIM:-128}
-  ncu --clock-control none --kernel-name regex:backward_main --launch-skip 2 --launch-count 1 --set full \
+  # Our backward's main kernel (NCU_BWD_GENERATION 2: the FA2 rung, 3: the Hopper rung) next to SDPA
+  # flash's backward kernel on the same shape (bf16, batch 4, 2048 / d heads, seqlen 4096, d =
+  # NCU_BWD_HDIM or 128, non-causal; NCU_BWD_ANCHOR=0 leaves SDPA out): Nsight Compute's full set
+  # for each, the details pages as text and the stall reasons per SASS line of ours.
+  local d=${NCU_BWD_HDIM:-128} generation=${NCU_BWD_GENERATION:-2} kernel=backward_main
+  [ "$generation" = 3 ] && kernel=fa3_backward_kernel
+  ncu --clock-control none --kernel-name regex:$kernel --launch-skip 2 --launch-count 1 --set full \
     --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims $d \
-    --seqlens 4096 >"$OUT/ncu_bwd_ours.log" 2>&1
+    --seqlens 4096 --generation $generation >"$OUT/ncu_bwd_ours.log" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page details >"$OUT/ncu_bwd_ours.txt" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_bwd_ours_sass.csv" 2>&1
-  ncu --clock-control none --kernel-name regex:flash_bwd_dq_dk_dv --launch-skip 2 --launch-count 1 --set full \
-    -o "$OUT/ncu_bwd_sdpa" -f python3 -c "
+  local sides=ours
+  if [ "${NCU_BWD_ANCHOR:-1}" = 1 ]; then
+    sides="ours sdpa"
+    ncu --clock-control none --kernel-name regex:flash_bwd_dq_dk_dv --launch-skip 2 --launch-count 1 --set full \
+      -o "$OUT/ncu_bwd_sdpa" -f python3 -c "
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 q, k, v = (torch.randn(4, 2048 // $d, 4096, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -180,8 +185,9 @@ for _ in range(4):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
 torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
-  ncu -i "$OUT/ncu_bwd_sdpa.ncu-rep" --page details >"$OUT/ncu_bwd_sdpa.txt" 2>&1
-  for side in ours sdpa; do
+    ncu -i "$OUT/ncu_bwd_sdpa.ncu-rep" --page details >"$OUT/ncu_bwd_sdpa.txt" 2>&1
+  fi
+  for side in $sides; do
     echo "== $side"; grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory Throughput|Warp Cycles Per Issued|Executed Ipc A|Block Size|Grid Size|Dynamic Shared" "$OUT/ncu_bwd_$side.txt" | head -24
   done
 }
