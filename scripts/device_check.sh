@@ -4,7 +4,7 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 variants compare python (default: build tests bench). python: the Python
+# sanitize-sm90 fa4 variants compare compare-bench python (default: build tests bench). python: the Python
 # package in the build tree (flashlab._core and the kernel library) and its pytest suite, the GPU
 # tests (marker gpu) included. compare: COMPARE_PATCHES="<git diff
 # file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
@@ -237,6 +237,16 @@ step_compare() {
     patch -R -p1 --quiet <"$patch"
   done
   cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels flashlab_kernels_c} -j16 >>"$OUT/build.log" 2>&1  # the base again
+  [ "${COMPARE_BENCH:-1}" = 1 ] && step_compare_bench
+}
+step_compare_bench() {
+  # The benchmark of compare's libraries (left in /tmp/flashlab_compare on this machine; COMPARE_BENCH=0
+  # makes compare stop before it, so that a later call on the warm machine can time them, e.g.
+  # after fa4): the base, the control and every variant in the same interleaved rounds.
+  local libs=/tmp/flashlab_compare variants=() lib
+  for lib in $libs/*.so; do
+    [ "$(basename "$lib")" = base.so ] || variants+=(--variant "$(basename "$lib" .so)=$lib")
+  done
   run_benchmark $libs/base.so compare --fa1-max-seqlen 0 "${variants[@]}" >/dev/null || status=1
   python3 scripts/compare_bench.py "$OUT/compare.json" | tee "$OUT/compare.md"
 }
