@@ -402,8 +402,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, 1)
   static_assert(Tile::kStages <= BackwardBarriers::kMaxStages);
   static_assert(sizeof(BackwardBarriers) <= 256, "the barriers fit their space");
   extern __shared__ unsigned char shared_raw[];
-  unsigned char* shared = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   BackwardBarriers& bars = *reinterpret_cast<BackwardBarriers*>(shared + Tile::kBarriers);
   const KeyBlockWork w = key_block_work<Tile::kBlockM, Tile::kBlockN>(p);
   if (w.key_begin >= w.sequence.seqlen_k) return;  // varlen: past this sequence's end (the whole block)

@@ -586,9 +586,7 @@ __global__ void __launch_bounds__(ForwardTiling<kHeadDim>::kThreads, 1)
   static_assert(Tile::kConsumerWarpgroups <= Barriers::kMaxGroups && Tile::kStages <= Barriers::kMaxStages);
   static_assert(Layout::kBarriers + sizeof(Barriers) + 1024 <= Tile::kSharedBytes, "barriers and alignment fit");
   extern __shared__ unsigned char shared_raw[];
-  // Swizzled TMA boxes and wgmma operands want 1024-byte aligned tiles.
-  unsigned char* shared = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   Barriers& bars = *reinterpret_cast<Barriers*>(shared + Layout::kBarriers);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
