@@ -145,3 +145,16 @@ def test_release_leaves_the_solutions_out_and_never_overwrites(tmp_path):
     assert not (tmp_path / "release" / "solutions").exists()
     with pytest.raises(ValueError, match="not empty"):
         grade.release(LABS, tmp_path / "release")
+
+
+def test_a_submission_that_allocates_without_bound_is_stopped(tmp_path):
+    path = tmp_path / "softmax.py"
+    path.write_text(solution(grade.find_lab("01")).read_text().replace(
+        "def softmax_online(mem, X, Y, block_cols):\n",
+        "def softmax_online(mem, X, Y, block_cols):\n    hoard = [bytearray(1 << 26) for _ in range(1 << 12)]\n"))
+    report = grade.grade("01", path, memory_limit=1024)
+    r = results(report)
+    assert r["online softmax is correct on odd shapes"].points == 0
+    assert "ran out of memory" in r["online softmax is correct on odd shapes"].message
+    assert r["softmax(X) V in one pass is correct on odd shapes"].passed  # the other functions still graded
+    assert report.score == 7
