@@ -158,3 +158,27 @@ def test_a_submission_that_allocates_without_bound_is_stopped(tmp_path):
     assert "ran out of memory" in r["online softmax is correct on odd shapes"].message
     assert r["softmax(X) V in one pass is correct on odd shapes"].passed  # the other functions still graded
     assert report.score == 7
+
+
+def test_lab05_grader_measures_what_the_theory_says():
+    from flashlab.grade import lab05_io_model_experiment as lab05
+    numbers = lab05.measured()
+    assert 1.9 <= numbers["fa2_exponent_in_n"] <= 2.0  # N^2 d^2 / M, with the N d term fading
+    assert -1.15 <= numbers["fa2_exponent_in_m"] <= -0.9  # 1 / M
+    assert 0.5 <= numbers["crossover_m_over_d2"] <= 2  # Saha and Ye: Theta(d^2)
+    assert numbers["fa1_over_fa2"] > 1
+
+
+def test_lab05_the_last_winner_for_the_crossover_gets_its_hint(tmp_path):
+    report = planted(tmp_path, "05", "        if hbm_elements(\"square_tiling\", 1024, d, sram_bytes) >= hbm_elements(\"fa2\", 1024, d, sram_bytes):\n            return ratio\n",
+                     "        if hbm_elements(\"square_tiling\", 1024, d, sram_bytes) >= hbm_elements(\"fa2\", 1024, d, sram_bytes):\n            return 2 ** ((k - 1) / 2)\n")
+    r = results(report)["the Saha-Ye crossover, M / d^2"]
+    assert r.points == 0 and "last M at which square tiling still wins" in r.hint
+    assert report.score == 8
+
+
+def test_lab05_a_fit_without_logs_loses_the_exponent(tmp_path):
+    report = planted(tmp_path, "05", "np.polyfit(np.log(xs), np.log(ys), 1)", "np.polyfit(xs, ys, 1)")
+    r = results(report)
+    assert r["FA2's exponent in N"].points == 0 and "polyfit(log N, log y, 1)" in r["FA2's exponent in N"].hint
+    assert r["FA1's traffic over FA2's"].passed

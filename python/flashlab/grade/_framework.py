@@ -107,8 +107,8 @@ class Report:
 
 
 def _labs() -> dict:
-    from . import lab01_online_softmax, lab02_tiled_attention
-    return {lab.key: lab for lab in (lab01_online_softmax.LAB, lab02_tiled_attention.LAB)}
+    from . import lab01_online_softmax, lab02_tiled_attention, lab05_io_model_experiment
+    return {lab.key: lab for lab in (lab01_online_softmax.LAB, lab02_tiled_attention.LAB, lab05_io_model_experiment.LAB)}
 
 
 def labs() -> list:
