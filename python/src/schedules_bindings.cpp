@@ -612,26 +612,33 @@ void bind_schedules(nb::module_& m) {
       .def_prop_ro("V", host_field(&AttentionTensors::V), nb::rv_policy::automatic)
       .def_prop_ro("O", host_field(&AttentionTensors::O), nb::rv_policy::automatic)
       .def_prop_ro("LSE", host_field(&AttentionTensors::LSE), nb::rv_policy::automatic)
+      .def_prop_ro("dO", host_field(&AttentionTensors::dO), nb::rv_policy::automatic)
+      .def_prop_ro("dQ", host_field(&AttentionTensors::dQ), nb::rv_policy::automatic)
+      .def_prop_ro("dK", host_field(&AttentionTensors::dK), nb::rv_policy::automatic)
+      .def_prop_ro("dV", host_field(&AttentionTensors::dV), nb::rv_policy::automatic)
       .def(
           "assign",
           [](AttentionTensors& t, TensorId id, nb::ndarray<const float, nb::ndim<3>, nb::c_contig, nb::device::cpu> values) {
-            HostTensor* fields[] = {&t.Q, &t.K, &t.V};
+            // The inputs of a forward pass, and those a backward pass reads (O, LSE, dO).
+            HostTensor* fields[] = {&t.Q, &t.K, &t.V, &t.O, &t.LSE, &t.dO};
             for (HostTensor* field : fields) {
-              if (field->id == id) return assign_host_tensor(*field, values);
+              if (field->id == id && !field->values.empty()) return assign_host_tensor(*field, values);
             }
-            throw std::invalid_argument(std::string("assign: ") + to_string(id) + "; allowed: Q, K, V (the inputs)");
+            throw std::invalid_argument(std::string("assign: ") + to_string(id) +
+                                        "; allowed: Q, K, V, O, LSE, and dO in tensors made with backward=True");
           },
           "id"_a, "values"_a, "Copies a float32 [rows, heads, dim] array into an input, rounded to its dtype.");
 
   m.def(
       "random_tensors",
-      [](const Problem& problem, std::uint64_t seed) {
+      [](const Problem& problem, std::uint64_t seed, bool backward) {
         problem.validate();
         require_tensor_memory(problem);
-        return sim::random_tensors(problem, seed, false);
+        return sim::random_tensors(problem, seed, backward);
       },
-      "problem"_a, "seed"_a = 1,
-      "Standard normal Q, K, V rounded to the dtype, as the simulator's data runs draw them; O and LSE NaN.");
+      "problem"_a, "seed"_a = 1, "backward"_a = false,
+      "Standard normal Q, K, V rounded to the dtype, as the simulator's data runs draw them; O and LSE NaN. "
+      "backward=True: also dO (standard normal) and dQ, dK, dV (NaN).");
 
   m.def(
       "head_tensors",

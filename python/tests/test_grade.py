@@ -182,3 +182,21 @@ def test_lab05_a_fit_without_logs_loses_the_exponent(tmp_path):
     r = results(report)
     assert r["FA2's exponent in N"].points == 0 and "polyfit(log N, log y, 1)" in r["FA2's exponent in N"].hint
     assert r["FA1's traffic over FA2's"].passed
+
+
+def test_lab03_a_wrong_d_is_recognised_from_a_right_dv(tmp_path):
+    report = planted(tmp_path, "03", "d_row = mem.row_dot(TensorId.D, d_out, o)", "d_row = mem.row_dot(TensorId.D, d_out, d_out)")
+    r = results(report)
+    assert r["gradients within the 3x rule on odd shapes, no mask"].points == 0
+    assert "dV is right, so P is" in r["gradients within the 3x rule on odd shapes, no mask"].hint
+    assert r["HBM traffic equals FA2 backward's closed form for the tiling used"].passed
+
+
+def test_lab03_unseen_keys_left_unwritten_lose_their_check(tmp_path):
+    report = planted(tmp_path, "03", "            for target, width in ((x.dK, d), (x.dV, dv)):\n"
+                     "                zeros = mem.zeros(target.id, cols, Range(0, width))\n"
+                     "                mem.store(target, cols, zeros)\n                del zeros\n", "")
+    r = results(report)
+    assert r["keys no query sees get zero gradients, never NaN"].points == 0
+    assert "NaN" in r["keys no query sees get zero gradients, never NaN"].message
+    assert r["gradients within the 3x rule on odd shapes, no mask"].passed

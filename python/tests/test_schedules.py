@@ -419,8 +419,16 @@ def test_tensors_from_arrays_and_of_the_problem():
     assert np.array_equal(tensors.Q, q)
     with pytest.raises(ValueError, match="allowed: 406 x 2 x 59"):
         tensors.assign(TensorId.K, np.zeros((5, 2, 59), dtype=np.float32))
-    with pytest.raises(ValueError, match="allowed: Q, K, V"):
-        tensors.assign(TensorId.O, np.zeros(tensors.O.shape, dtype=np.float32))
+    tensors.assign(TensorId.O, np.zeros(tensors.O.shape, dtype=np.float32))  # a backward's input
+    assert np.array_equal(tensors.O, np.zeros(tensors.O.shape))
+    with pytest.raises(ValueError, match="allowed: Q, K, V, O, LSE, and dO in tensors made with backward=True"):
+        tensors.assign(TensorId.dO, np.zeros(tensors.O.shape, dtype=np.float32))  # forward tensors have no dO
+    with pytest.raises(ValueError, match="allowed: Q, K, V, O, LSE"):
+        tensors.assign(TensorId.dQ, np.zeros(tensors.Q.shape, dtype=np.float32))
+    backward = schedules.random_tensors(problem, backward=True)
+    assert np.isnan(backward.dQ).all() and np.isfinite(backward.dO).all() and backward.dK.shape == backward.K.shape
+    backward.assign(TensorId.dO, np.ones(backward.dO.shape, dtype=np.float32))
+    assert np.array_equal(backward.dO, np.ones(backward.dO.shape))
     with pytest.raises(ValueError, match="rows x heads x dim of the problem"):
         schedules.head_tensors(tensors, sim.problem(seqlen_q=300, head_dim=59), 0, 0)
     with pytest.raises(ValueError, match="head_index = 4; allowed: 0..3"):

@@ -107,8 +107,9 @@ class Report:
 
 
 def _labs() -> dict:
-    from . import lab01_online_softmax, lab02_tiled_attention, lab05_io_model_experiment
-    return {lab.key: lab for lab in (lab01_online_softmax.LAB, lab02_tiled_attention.LAB, lab05_io_model_experiment.LAB)}
+    from . import lab01_online_softmax, lab02_tiled_attention, lab03_backward, lab05_io_model_experiment
+    chosen = (lab01_online_softmax.LAB, lab02_tiled_attention.LAB, lab03_backward.LAB, lab05_io_model_experiment.LAB)
+    return {lab.key: lab for lab in chosen}
 
 
 def labs() -> list:
