@@ -200,3 +200,21 @@ def test_lab03_unseen_keys_left_unwritten_lose_their_check(tmp_path):
     assert r["keys no query sees get zero gradients, never NaN"].points == 0
     assert "NaN" in r["keys no query sees get zero gradients, never NaN"].message
     assert r["gradients within the 3x rule on odd shapes, no mask"].passed
+
+
+def test_lab04_unnormalised_partials_lose_correctness(tmp_path):
+    report = planted(tmp_path, "04", "            lse = finish_softmax_state(mem, state)  # line 7: O_c and LSE_c\n"
+                     "            mem.store(o_partial, Range(row * chunks + chunk, 1), state.o)\n",
+                     "            mem.store(o_partial, Range(row * chunks + chunk, 1), state.o)\n"
+                     "            lse = finish_softmax_state(mem, state)  # line 7: O_c and LSE_c\n")
+    r = results(report)
+    assert r["split-KV decoding is correct (1 to 8 splits, odd lengths)"].points == 0
+    assert "normalised by its own l" in r["split-KV decoding is correct (1 to 8 splits, odd lengths)"].hint
+    assert r["HBM traffic equals split-KV's closed form"].passed  # the same traffic, wrong values
+    assert r["splits_to_fill: how many splits fill the GPU"].passed
+
+
+def test_lab04_splits_without_the_key_block_cap(tmp_path):
+    report = planted(tmp_path, "04", "    return min(key_blocks, max(1, -(-sms // units)))", "    return max(1, -(-sms // units))")
+    r = results(report)["splits_to_fill: how many splits fill the GPU"]
+    assert r.points == 0 and "no more chunks than key blocks" in r.hint

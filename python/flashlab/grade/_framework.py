@@ -107,8 +107,10 @@ class Report:
 
 
 def _labs() -> dict:
-    from . import lab01_online_softmax, lab02_tiled_attention, lab03_backward, lab05_io_model_experiment
-    chosen = (lab01_online_softmax.LAB, lab02_tiled_attention.LAB, lab03_backward.LAB, lab05_io_model_experiment.LAB)
+    from . import (lab01_online_softmax, lab02_tiled_attention, lab03_backward, lab04_flash_decoding,
+                   lab05_io_model_experiment)
+    chosen = (lab01_online_softmax.LAB, lab02_tiled_attention.LAB, lab03_backward.LAB, lab04_flash_decoding.LAB,
+              lab05_io_model_experiment.LAB)
     return {lab.key: lab for lab in chosen}
 
 
@@ -197,7 +199,11 @@ def grade(lab: str, submission, *, time_limit: float = 120.0, memory_limit: int 
     if not 256 <= memory_limit <= 1 << 20:
         raise ValueError(f"memory_limit = {memory_limit}; allowed: 256..{1 << 20} MB")
     command = [sys.executable, "-m", "flashlab.grade._worker", found.key, str(path.resolve())]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # The worker runs in the submission's folder (its own imports), and finds this very package
+    # there too: its parent folder first on the path, absolute.
+    package_parent = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                preexec_fn=_limit_memory(memory_limit) if os.name == "posix" else None,
                                cwd=str(path.resolve().parent))
     note = ""
