@@ -21,7 +21,9 @@
 #include "algorithms/limits.hpp"
 #include "algorithms/run_backward.hpp"
 #include "algorithms/run_schedule.hpp"
+#include "bounds.hpp"
 #include "closed_forms.hpp"
+#include "search.hpp"
 
 namespace flashlab::sim {
 
@@ -60,7 +62,19 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA1 Algorithm 0",
                         .description = "standard attention: S and P written to and read from HBM",
                         .pass = Pass::forward,
-                        .tiled = false},
+                        .tiled = false,
+                        .paper_block_side = oracle::standard_side,
+                        .blocks_of_side = oracle::square_blocks_of_side,
+                        .has_paper_block_rule = false,
+                        .head_counts = oracle::standard_counts,
+                        .working_set_bytes = oracle::standard_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::standard_scratch,
+                        .bound_formula = "N d + N^2",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = standard_bound,
+                        .theory_exponents = standard_exponents,
+                        .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          standard_attention(mem, call.head, StandardTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -68,7 +82,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/03_fa1_forward.hpp",
                         .paper = "FA1 Algorithm 1",
                         .description = "FlashAttention forward: K/V blocks outer, O, l, m re-read and re-written in HBM",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_counts,
+                        .working_set_bytes = oracle::fa1_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -77,7 +102,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA1 Algorithm 1, hidden blocks skipped (Algorithm 5's loop)",
                         .description = "FlashAttention forward skipping the blocks a causal or window mask hides, "
                                        "as the project's FA1 kernel does (fa1 masks them, as the paper writes it)",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_skipping_counts,
+                        .working_set_bytes = oracle::fa1_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_forward_skipping(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -85,7 +121,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/04_fa2_forward.hpp",
                         .paper = "FA2 Algorithm 1",
                         .description = "FlashAttention-2 forward: query blocks outer, O and (m, l) on chip",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa2_blocks_of_side,
+                        .head_counts = oracle::fa2_counts,
+                        .working_set_bytes = oracle::fa2_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::no_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa2_forward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -94,7 +141,19 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA1 Algorithm 3",
                         .description = "standard backward: P read from HBM, dP and dS written to and read from HBM",
                         .pass = Pass::backward,
-                        .tiled = false},
+                        .tiled = false,
+                        .paper_block_side = oracle::standard_side,
+                        .blocks_of_side = oracle::square_blocks_of_side,
+                        .has_paper_block_rule = false,
+                        .head_counts = oracle::standard_backward_counts,
+                        .working_set_bytes = oracle::standard_backward_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::standard_backward_scratch,
+                        .bound_formula = "N d + N^2",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = standard_bound,
+                        .theory_exponents = standard_exponents,
+                        .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          // The residual pass (P as Algorithm 0 left it) is counted apart, not here.
                          standard_backward_from_lse(mem, call.head,
@@ -104,7 +163,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/06_fa1_backward.hpp",
                         .paper = "FA1 Algorithm 4",
                         .description = "FlashAttention backward: K/V blocks outer, P recomputed, dQ read-modify-write",
-                        .pass = Pass::backward},
+                        .pass = Pass::backward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_backward_counts,
+                        .working_set_bytes = oracle::fa1_backward_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_backward_from_lse(mem, call.head, Fa1BackwardTiling{call.blocks.block_rows, call.blocks.block_cols},
                                                call.x);
@@ -114,7 +184,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA2 Algorithm 2",
                         .description = "FlashAttention-2 backward: D precomputed, masked blocks skipped, P from LSE, "
                                        "dQ read-modify-write in HBM as the paper writes it",
-                        .pass = Pass::backward},
+                        .pass = Pass::backward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa1_blocks_of_side,
+                        .head_counts = oracle::fa2_backward_counts,
+                        .working_set_bytes = oracle::fa2_backward_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa2_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -123,7 +204,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA2 Algorithm 2, line 15 with atomic adds",
                         .description = "FlashAttention-2 backward, dQ added with atomics at L2 (never read), "
                                        "as the project's FA2 kernel does (fa2_backward: read-modify-write in HBM)",
-                        .pass = Pass::backward},
+                        .pass = Pass::backward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa1_blocks_of_side,
+                        .head_counts = oracle::fa2_backward_atomic_counts,
+                        .working_set_bytes = oracle::fa2_backward_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa2_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
                                       DqUpdate::atomic);
@@ -134,7 +226,20 @@ std::vector<ScheduleInfo> make_registry() {
                         .description = "split-KV decoding: partial O and LSE per KV chunk, then the log-sum-exp combine; "
                                        "GQA/MQA heads packed (K, V read once per KV head)",
                         .pass = Pass::decode,
-                        .shares_kv_in_group = true},
+                        .shares_kv_in_group = true,
+                        .key_block_count_decides = false,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa2_blocks_of_side,
+                        .head_counts = oracle::split_kv_counts,
+                        .kv_head_counts = oracle::split_kv_kv_head_counts,
+                        .working_set_bytes = oracle::split_kv_working_set,
+                        .tile_steps = oracle::split_kv_tile_steps,
+                        .scratch_elements = oracle::split_kv_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          SplitKvTiling tiling;
                          tiling.block_rows = call.blocks.block_rows;
@@ -146,7 +251,18 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/09_block_sparse.hpp",
                         .paper = "FA1 Algorithm 5",
                         .description = "block-sparse FlashAttention: only blocks with a visible score are loaded and computed",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = oracle::flash_side,
+                        .blocks_of_side = oracle::fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_skipping_counts,
+                        .working_set_bytes = oracle::fa1_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_scratch,
+                        .bound_formula = "N d + N^2 d^2 s / M",
+                        .bound_source = "FA1 Proposition 4",
+                        .bound = block_sparse_bound,
+                        .theory_exponents = flash_exponents,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_block_sparse_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -154,7 +270,19 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/10_memory_efficient.hpp",
                         .paper = "Rabe and Staats 2021",
                         .description = "memory-efficient attention: chunk summaries written to HBM, combined per query chunk",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = oracle::memory_efficient_side,
+                        .blocks_of_side = oracle::square_blocks_of_side,
+                        .has_paper_block_rule = false,
+                        .head_counts = oracle::memory_efficient_counts,
+                        .working_set_bytes = oracle::memory_efficient_working_set,
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::memory_efficient_scratch,
+                        .bound_formula = "N^2 d / min(sqrt(M), M / d)",
+                        .bound_source = "square chunks (this simulator)",
+                        .bound = memory_efficient_bound,
+                        .theory_exponents = memory_efficient_exponents,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          memory_efficient_attention(mem, call.head,
                                                     MemoryEfficientTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -163,7 +291,19 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/11_square_tiling.hpp",
                         .paper = "Saha and Ye 2024, Algorithm 1",
                         .description = "square tiling for small SRAM: A = exp(QK^T) in HBM, then A V by B x B tiles",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .one_sided = true,
+                        .paper_block_side = oracle::square_tiling_side,
+                        .blocks_of_side = oracle::square_blocks_of_side,
+                        .head_counts = oracle::square_tiling_counts,
+                        .working_set_bytes = oracle::square_tiling_working_set,
+                        .tile_steps = oracle::square_tiling_tile_steps,
+                        .scratch_elements = oracle::square_tiling_scratch,
+                        .bound_formula = "N^2 d / sqrt(M) + N^2",
+                        .bound_source = "Saha and Ye, Algorithm 1",
+                        .bound = square_tiling_bound,
+                        .theory_exponents = square_tiling_exponents,
+                        .accumulator_elements = square_tiling_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          square_tiling_attention(mem, call.head, SquareTiling{call.blocks.block_rows}, call.x);
                        }));

@@ -1,0 +1,112 @@
+// Every schedule is one module: its registry entry carries its block-size rule, working set,
+// closed form, cost model, bound and search terms, and the public lookups by name reach them.
+// Expected values below are worked out by hand from the papers' rules.
+#include <string>
+
+#include "catch.hpp"
+#include "sim/bounds.hpp"
+#include "sim/closed_forms.hpp"
+#include "sim/schedules.hpp"
+#include "sim/search.hpp"
+
+using namespace flashlab;
+using namespace flashlab::sim;
+
+namespace {
+
+// N = 256, d = dv = 32, fp32; M = 65536 B = 16384 elements.
+Problem small_problem() {
+  Problem problem;
+  problem.seqlen_q = 256;
+  problem.seqlen_k = 256;
+  problem.head_dim = 32;
+  problem.dtype = DType::fp32;
+  return problem;
+}
+constexpr std::int64_t kSramBytes = 65536;
+
+}  // namespace
+
+TEST_CASE("every registry entry sets every piece of its module") {
+  for (const ScheduleInfo& info : schedules()) {
+    INFO(info.name);
+    CHECK(info.paper_block_side != nullptr);
+    CHECK(info.blocks_of_side != nullptr);
+    CHECK(info.head_counts != nullptr);
+    CHECK((info.kv_head_counts != nullptr) == info.shares_kv_in_group);
+    CHECK(info.working_set_bytes != nullptr);
+    CHECK(info.tile_steps != nullptr);
+    CHECK(info.scratch_elements != nullptr);
+    CHECK(std::string(info.bound_formula).size() > 0);
+    CHECK(std::string(info.bound_source).size() > 0);
+    CHECK(info.bound != nullptr);
+    CHECK(info.theory_exponents != nullptr);
+    CHECK(info.accumulator_elements != nullptr);
+  }
+}
+
+TEST_CASE("the lookups by name reach every registered schedule's module") {
+  const Problem problem = small_problem();
+  for (const ScheduleInfo& info : schedules()) {
+    INFO(info.name);
+    const BlockSizes blocks = derive_blocks(info.name, problem, kSramBytes);
+    CHECK(blocks.block_rows >= 1);
+    CHECK(working_set_bytes(info.name, problem, blocks) <= kSramBytes);  // the fitting rule fits
+    CHECK(closed_form(info.name, problem, blocks, kSramBytes).hbm_bytes() > 0);
+    CHECK(tile_steps(info.name, problem, 0, blocks) > 0);
+    CHECK(scratch_elements(info.name, problem, 0, blocks) >= 0);
+    CHECK(schedule_bound(info.name, problem, kSramBytes).elements > 0);
+    CHECK(theory_exponents(info.name, 16384, 32).n == 2);
+    CHECK(accumulator_elements(info.name, problem, blocks) > 0);
+  }
+  CHECK_THROWS_WITH(derive_blocks("fa3", problem, kSramBytes), flashlab::testing::contains_text("allowed: standard"));
+  CHECK_THROWS_WITH(working_set_bytes("fa3", problem, {64, 64}), flashlab::testing::contains_text("'fa3' is unknown"));
+  CHECK_THROWS_WITH(schedule_bound("fa3", problem, kSramBytes), flashlab::testing::contains_text("'fa3' is unknown"));
+  CHECK_THROWS_WITH(theory_exponents("fa3", 16384, 32), flashlab::testing::contains_text("'fa3' is unknown"));
+}
+
+TEST_CASE("each entry's block-size rule is its paper's") {
+  const Problem problem = small_problem();
+  // FA1 Algorithm 1 line 1: Bc = ceil(16384 / (4 * 32)) = 128, Br = min(128, 32) = 32; the
+  // backward passes and block-sparse keep FA1's shape.
+  for (const char* name : {"fa1", "fa1_skip", "block_sparse", "fa1_backward", "fa2_backward", "fa2_backward_atomic"}) {
+    INFO(name);
+    CHECK(derive_blocks(name, problem, kSramBytes, BlockRule::paper) == BlockSizes{32, 128});
+  }
+  // FA2 swaps the roles: Br = 128, Bc = 32.
+  CHECK(derive_blocks("fa2", problem, kSramBytes, BlockRule::paper) == BlockSizes{128, 32});
+  CHECK(derive_blocks("split_kv", problem, kSramBytes, BlockRule::paper) == BlockSizes{128, 32});
+  // Saha-Ye Algorithm 1: B = floor(sqrt(16384 / 4)) = 64.
+  CHECK(derive_blocks("square_tiling", problem, kSramBytes, BlockRule::paper) == BlockSizes{64, 64});
+  CHECK(has_paper_block_rule("fa1"));
+  CHECK_FALSE(has_paper_block_rule("standard"));
+  CHECK_FALSE(has_paper_block_rule("standard_backward"));
+  CHECK_FALSE(has_paper_block_rule("memory_efficient"));
+}
+
+TEST_CASE("each entry's working set, bound and search terms, by hand") {
+  const Problem problem = small_problem();
+  // FA2 with Br = 128, Bc = 32, fp32: 4 (Br d + Br dv + Bc d + Bc dv + 2 Br Bc) + 4 (2 Br + 3 Br)
+  // = 4 (4096 + 4096 + 1024 + 1024 + 8192) + 20 * 128 = 73728 + 2560.
+  CHECK(working_set_bytes("fa2", problem, {128, 32}) == 76288);
+  // N^2 d^2 / M = 65536 * 1024 / 16384.
+  const Bound fa2 = schedule_bound("fa2", problem, kSramBytes);
+  CHECK(fa2.elements == 4096);
+  CHECK(fa2.formula == "N^2 d^2 / M");
+  CHECK(fa2.source == "FA1 Theorem 2");
+  CHECK(schedule_bound("fa2_backward", problem, kSramBytes).source == "FA1 Theorem 5");
+  // N d + N^2 (Nq d + Nk d + Nq Nk) = 2 * 256 * 32 + 65536.
+  CHECK(schedule_bound("standard", problem, kSramBytes).elements == 81920);
+  // S_ij and O_i: 128 * 32 + 128 * 32; square tiling: S_ij and a 32-wide slice of O (dv = 32 < B).
+  CHECK(accumulator_elements("fa2", problem, {128, 32}) == 8192);
+  CHECK(accumulator_elements("square_tiling", problem, {64, 64}) == 64 * 64 + 64 * 32);
+  // Backward: S_ij and dK_j, dV_j: 32 * 128 + 128 * 64.
+  CHECK(accumulator_elements("fa2_backward", problem, {32, 128}) == 4096 + 8192);
+  // Square tiling runs one side; split_kv's key blocks restart per chunk.
+  CHECK(find_schedule("square_tiling").one_sided);
+  CHECK_FALSE(find_schedule("fa2").one_sided);
+  CHECK_FALSE(find_schedule("split_kv").key_block_count_decides);
+  // Split-KV's tile steps: Tr (Tc + chunks) + Nq chunks = 2 * (8 + 4) + 256 * 4 with Br = 128,
+  // Bc = 32 and 4 chunks of 64 keys.
+  CHECK(tile_steps("split_kv", problem, 0, {128, 32, 4}) == 2 * 12 + 1024);
+}
