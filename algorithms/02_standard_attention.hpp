@@ -38,6 +38,22 @@ struct StandardTiling {
   }
 };
 
+// Its working set (tiling.hpp: WorkingSetDims): the largest of its three passes.
+inline std::int64_t standard_attention_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 r = t.r, c = t.c, d = t.d, dv = t.dv, e = t.e, f = t.f;
+  return std::max({e * (r * d + c * d + r * c),            // line 1: Q_i, K_j, S_ij
+                   c >= t.nk ? 2 * e * r * t.nk + 3 * f * r  // line 2, whole rows of S and P; m, l, LSE
+                             : 2 * e * r * c + 5 * f * r,    // or blocks S_ij, P_ij; m, l, m_new, rescale, rowsum
+                   e * (r * dv + r * c + c * dv)})           // line 3: O_i, P_ij, V_j
+      .value();
+}
+// Its block rule from M elements: square blocks up to min(ceil(M / 4d), d) (its traffic does not
+// fall with larger ones); no paper rule.
+inline std::int64_t standard_attention_block_side(std::int64_t m_elements, std::int64_t head_dim) {
+  return std::min(fa1_block_side(m_elements, head_dim), head_dim);
+}
+
 template <class Memory>
 void standard_attention(Memory& mem, const HeadProblem& head, const StandardTiling& tiling,
                         const HeadTensors& x) {

@@ -53,7 +53,18 @@ struct Fa1Tiling {
   static Fa1Tiling paper_rule(std::int64_t sram_bytes, int head_dim, DType dtype);
   // The paper's shape, shrunk until the whole working set fits in sram_bytes.
   static Fa1Tiling fitting_sram(std::int64_t sram_bytes, int head_dim, int head_dim_v, DType dtype);
+  // Line 1's shape for a side (tiling.hpp: fa1_block_side): Bc = side, Br = min(side, d).
+  static Fa1Tiling of_side(int side, int head_dim) { return {std::min(side, head_dim), side}; }
 };
+
+// fa1_forward's working set on one head of a problem (tiling.hpp: WorkingSetDims), the same
+// tiles as fa1_forward_sram_bytes below with blocks clipped to the sequences: K_j, V_j; Q_i,
+// S_ij, P~_ij, the product P~ V_j; O_i loaded from its fp32 accumulator; l, m, m~, l~, m_new,
+// l_new, two rescale factors, LSE.
+inline std::int64_t fa1_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return (t.e * (t.c * (t.d + t.dv) + t.r * t.d + 2 * t.r * t.c + t.r * t.dv) + t.f * t.r * t.dv + 9 * t.f * t.r).value();
+}
 
 // The most SRAM fa1_forward (and the block-sparse variant) holds at once with full blocks: K_j and
 // V_j; Q_i, S_ij and P_ij in the problem's dtype; O_i loaded from its fp32 accumulator and the
@@ -81,10 +92,7 @@ inline Fa1Tiling Fa1Tiling::paper_rule(std::int64_t sram_bytes, int head_dim, DT
         " bytes is too small for FA1's block-size rule; allowed: M >= 4 * head_dim * " +
         std::to_string(element_bytes(dtype)) + " = " + std::to_string(minimum) + " bytes");
   }
-  const std::int64_t elements = sram_elements(sram_bytes, dtype);
-  const std::int64_t Bc = (elements + 4LL * head_dim - 1) / (4LL * head_dim);  // ceil(M / 4d)
-  const std::int64_t Br = std::min<std::int64_t>(Bc, head_dim);  // min(ceil(M / 4d), d)
-  return {static_cast<int>(Br), static_cast<int>(Bc)};
+  return of_side(static_cast<int>(fa1_block_side(sram_elements(sram_bytes, dtype), head_dim)), head_dim);
 }
 
 inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, int head_dim_v,
@@ -93,9 +101,7 @@ inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, 
     throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
   if (head_dim_v < 1)
     throw std::invalid_argument("head_dim_v = " + std::to_string(head_dim_v) + "; allowed: >= 1");
-  const auto tiling_for = [&](std::int64_t Bc) {
-    return Fa1Tiling{static_cast<int>(std::min<std::int64_t>(Bc, head_dim)), static_cast<int>(Bc)};
-  };
+  const auto tiling_for = [&](std::int64_t Bc) { return of_side(static_cast<int>(Bc), head_dim); };
   const auto fits = [&](std::int64_t Bc) {
     return fa1_forward_sram_bytes(tiling_for(Bc), head_dim, head_dim_v, dtype) <= sram_bytes;
   };

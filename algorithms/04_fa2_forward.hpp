@@ -23,7 +23,20 @@ struct Fa2Tiling {
     require_block_size("block_rows", block_rows);
     require_block_size("block_cols", block_cols);
   }
+  // FA2 swaps FA1's loops, so the roles of line 1's side (tiling.hpp: fa1_block_side): Br = side,
+  // Bc = min(side, d).
+  static Fa2Tiling of_side(int side, int head_dim) { return {side, std::min(side, head_dim)}; }
 };
+
+// Its working set (tiling.hpp: WorkingSetDims), lines 4-10: Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l,
+// m_new, rescale, rowsum(P). With `group` query heads packed beside one K_j, V_j (split-KV
+// decoding): group times Q_i, O_i, m, l, and one head's S, P and update temporaries at a time.
+inline std::int64_t fa2_working_set_bytes(const Problem& p, int block_rows, int block_cols, int group = 1) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 g = group;
+  return (t.e * (g * (t.r * t.d + t.r * t.dv) + t.c * t.d + t.c * t.dv + 2 * t.r * t.c) + 2 * t.f * g * t.r + 3 * t.f * t.r)
+      .value();
+}
 
 template <class Memory>
 void fa2_forward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x) {

@@ -41,6 +41,19 @@ namespace flashlab {
 // first for D_i, then to write dS_ij; one block per row (Bc >= seqlen_k) reads them once.
 using StandardBackwardTiling = StandardTiling;
 
+// Its working set (tiling.hpp: WorkingSetDims): the largest of its five lines.
+inline std::int64_t standard_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 r = t.r, c = t.c, d = t.d, dv = t.dv, e = t.e, f = t.f;
+  return std::max({e * (c * dv + r * c + r * dv),            // line 1: dV_j, P_ij, dO_i
+                   e * (r * dv + c * dv + r * c),            // line 2: dO_i, V_j, dP_ij
+                   c >= t.nk ? 3 * e * r * t.nk + f * r      // line 3, whole rows of P, dP, dS; D
+                             : std::max(3 * e * r * c + f * r,       // or blocks P_ij, dP_ij, dS_ij; D
+                                        2 * e * r * c + 2 * f * r),  // (first pass: P_ij, dP_ij; D, its partial)
+                   e * (r * d + r * c + c * d)})             // lines 4 and 5: dQ_i, dS_ij, K_j
+      .value();
+}
+
 // The N x N matrices of one head in HBM. S is only needed (and only allocated) with a softcap.
 struct StandardBackwardResiduals {
   HbmMatrix P;  // softmax probabilities, before dropout (the forward's P)

@@ -35,6 +35,13 @@ namespace flashlab {
 // room or smaller blocks.
 using Fa1BackwardTiling = Fa1Tiling;
 
+// Its working set (tiling.hpp: WorkingSetDims): K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32);
+// S, P, dP, dS; l, m, D.
+inline std::int64_t fa1_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return (t.e * (2 * t.c * (t.d + t.dv) + t.r * t.d + 2 * t.r * t.dv + 4 * t.r * t.c) + t.f * t.r * t.d + 3 * t.f * t.r).value();
+}
+
 // The forward's softmax statistics in HBM: row max m and row sum l (FA1 Algorithm 1, line 13).
 struct Fa1SoftmaxStatistics {
   HbmMatrix l, m;

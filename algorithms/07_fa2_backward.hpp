@@ -40,6 +40,13 @@ namespace flashlab {
 // Both add the key blocks in increasing order here, so both give the same dQ.
 enum class DqUpdate { read_modify_write, atomic };
 
+// Its working set, either update (tiling.hpp: WorkingSetDims): K_j, V_j, dK_j, dV_j; Q_i, dO_i;
+// dQ_i (fp32; with atomics, its partial sum); S, P, dP, dS; LSE, D.
+inline std::int64_t fa2_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return (t.e * (2 * t.c * (t.d + t.dv) + t.r * t.d + t.r * t.dv + 4 * t.r * t.c) + t.f * t.r * t.d + 2 * t.f * t.r).value();
+}
+
 template <class Memory>
 void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x,
                   DqUpdate dq_update = DqUpdate::read_modify_write) {

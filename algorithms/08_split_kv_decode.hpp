@@ -58,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "04_fa2_forward.hpp"  // fa2_working_set_bytes
 #include "online_softmax.hpp"
 #include "paged_kv_cache.hpp"
 #include "tile_memory.hpp"
@@ -91,6 +92,17 @@ struct SplitKvTiling {
     return (seqlen_k + length - 1) / length;
   }
 };
+
+// Its working set with contiguous chunks of num_splits (0: 4) (tiling.hpp: WorkingSetDims): phase 1
+// as FA2 with the KV group's query heads packed; phase 2, one row: chunk LSEs, partial outputs
+// (fp32), P, O, statistics.
+inline std::int64_t split_kv_working_set_bytes(const Problem& p, int block_rows, int block_cols, int num_splits) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 splits = num_splits > 0 ? num_splits : 4;
+  const CheckedInt64 chunks = (t.nk + (t.nk + splits - 1) / splits - 1) / ((t.nk + splits - 1) / splits);
+  const CheckedInt64 combine = t.f * chunks * (1 + t.dv) + t.e * (t.dv + chunks) + 5 * t.f;
+  return std::max(fa2_working_set_bytes(p, block_rows, block_cols, p.group_size()), combine.value());
+}
 
 namespace split_kv_detail {
 // Rows first_row, first_row + step, ... of a matrix: the partial outputs of one chunk.

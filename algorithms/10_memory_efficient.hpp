@@ -47,6 +47,18 @@ struct MemoryEfficientTiling {
   }
 };
 
+// Its working set (tiling.hpp: WorkingSetDims). Summaries: Q_i, K_j, V_j, S, P, values (r x dv);
+// m, l. Combine: Q_i still held, O, values (fp32), m, l, m_j, l_j, weight.
+inline std::int64_t memory_efficient_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return std::max(t.e * (t.r * t.d + t.c * (t.d + t.dv) + 2 * t.r * t.c + t.r * t.dv) + 2 * t.f * t.r,
+                  t.e * (t.r * t.d + t.r * t.dv) + t.f * t.r * t.dv + 5 * t.f * t.r)
+      .value();
+}
+// Its block rule from M elements: square chunks as large as fit (the summaries' round trip
+// falls with the key chunk), so the side is bounded by M alone; no paper rule.
+inline std::int64_t memory_efficient_block_side(std::int64_t m_elements, std::int64_t) { return m_elements; }
+
 template <class Memory>
 void memory_efficient_attention(Memory& mem, const HeadProblem& head, const MemoryEfficientTiling& tiling,
                                 const HeadTensors& x) {

@@ -437,23 +437,6 @@ Counters group_accumulation(const Head& h, Count sram_bytes) {
   return c;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Working sets: every tile a schedule holds at its peak with full blocks r x c (r = min(Br, Nq),
-// c = min(Bc, Nk)); statistics fp32.
-struct Tiles {
-  Count r, c, nk, d, dv, e, f = kStatBytes;
-  Tiles(const Problem& p, const BlockSizes& b)
-      : r(std::min<Count>(b.block_rows, p.seqlen_q)), c(std::min<Count>(b.block_cols, p.seqlen_k)), nk(p.seqlen_k),
-        d(p.head_dim), dv(p.value_dim()), e(element_bytes(p.dtype)) {}
-};
-
-// FA2 Algorithm 1, lines 4-10: Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l, m_new, rescale, rowsum(P).
-// g query heads packed beside one K_j, V_j (split_kv): g times Q_i, O_i, m, l, and one head's S,
-// P and update temporaries at a time.
-Count fa2_tiles(const Tiles& t, Count g) {
-  return t.e * (g * (t.r * t.d + t.r * t.dv) + t.c * t.d + t.c * t.dv + 2 * t.r * t.c) + 2 * t.f * g * t.r + 3 * t.f * t.r;
-}
-
 Count split_kv_chunks(const BlockSizes& b, Count nk) {
   const Count splits = b.num_splits > 0 ? b.num_splits : 4;
   return ceil_div(nk, ceil_div(nk, splits));
@@ -499,77 +482,6 @@ Counters split_kv_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, c
 Counters memory_efficient_counts(const ClosedFormHead& h, const BlockSizes& b) { return memory_efficient_head(h, b); }
 Counters square_tiling_counts(const ClosedFormHead& h, const BlockSizes& b) { return square_tiling_head(h, b); }
 
-std::int64_t standard_working_set(const Problem& p, const BlockSizes& b) {
-  const Tiles t(p, b);
-  const Count r = t.r, c = t.c, d = t.d, dv = t.dv, e = t.e, f = t.f;
-  return std::max({e * (r * d + c * d + r * c),          // line 1: Q_i, K_j, S_ij
-                   c >= t.nk ? 2 * e * r * t.nk + 3 * f * r  // line 2, whole rows of S and P; m, l, LSE
-                             : 2 * e * r * c + 5 * f * r,   // or blocks S_ij, P_ij; m, l, m_new, rescale, rowsum
-                   e * (r * dv + r * c + c * dv)})         // line 3: O_i, P_ij, V_j
-      .value();
-}
-
-std::int64_t fa1_working_set(const Problem& p, const BlockSizes& b) {
-  // K_j, V_j; Q_i, S_ij, P~_ij, the product P~ V_j; O_i loaded from its fp32 accumulator;
-  // l, m, m~, l~, m_new, l_new, two rescale factors, LSE.
-  const Tiles t(p, b);
-  return (t.e * (t.c * (t.d + t.dv) + t.r * t.d + 2 * t.r * t.c + t.r * t.dv) + t.f * t.r * t.dv + 9 * t.f * t.r).value();
-}
-
-std::int64_t fa2_working_set(const Problem& p, const BlockSizes& b) { return fa2_tiles(Tiles(p, b), 1).value(); }
-
-std::int64_t split_kv_working_set(const Problem& p, const BlockSizes& b) {
-  const Tiles t(p, b);
-  const Count chunks = split_kv_chunks(b, t.nk);
-  // Phase 1 as FA2 with the group packed; phase 2, one row: chunk LSEs, partial outputs (fp32), P, O, statistics.
-  return std::max(fa2_tiles(t, p.group_size()), t.f * chunks * (1 + t.dv) + t.e * (t.dv + chunks) + 5 * t.f).value();
-}
-
-std::int64_t fa1_backward_working_set(const Problem& p, const BlockSizes& b) {
-  // K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32); S, P, dP, dS; l, m, D.
-  const Tiles t(p, b);
-  return (t.e * (2 * t.c * (t.d + t.dv) + t.r * t.d + 2 * t.r * t.dv + 4 * t.r * t.c) + t.f * t.r * t.d + 3 * t.f * t.r).value();
-}
-
-std::int64_t fa2_backward_working_set(const Problem& p, const BlockSizes& b) {
-  // K_j, V_j, dK_j, dV_j; Q_i, dO_i; dQ_i (fp32; the atomic variant's: its partial sum); S, P, dP, dS; LSE, D.
-  const Tiles t(p, b);
-  return (t.e * (2 * t.c * (t.d + t.dv) + t.r * t.d + t.r * t.dv + 4 * t.r * t.c) + t.f * t.r * t.d + 2 * t.f * t.r).value();
-}
-
-std::int64_t standard_backward_working_set(const Problem& p, const BlockSizes& b) {
-  const Tiles t(p, b);
-  const Count r = t.r, c = t.c, d = t.d, dv = t.dv, e = t.e, f = t.f;
-  return std::max({e * (c * dv + r * c + r * dv),  // line 1: dV_j, P_ij, dO_i
-                   e * (r * dv + c * dv + r * c),  // line 2: dO_i, V_j, dP_ij
-                   c >= t.nk ? 3 * e * r * t.nk + f * r  // line 3, whole rows of P, dP, dS; D
-                             : std::max(3 * e * r * c + f * r,       // or blocks P_ij, dP_ij, dS_ij; D
-                                        2 * e * r * c + 2 * f * r),  // (first pass: P_ij, dP_ij; D, its partial)
-                   e * (r * d + r * c + c * d)})  // lines 4 and 5: dQ_i, dS_ij, K_j
-      .value();
-}
-
-std::int64_t memory_efficient_working_set(const Problem& p, const BlockSizes& b) {
-  // Summaries: Q_i, K_j, V_j, S, P, values (r x dv); m, l. Combine: Q_i still held, O, values
-  // (fp32), m, l, m_j, l_j, weight.
-  const Tiles t(p, b);
-  return std::max(t.e * (t.r * t.d + t.c * (t.d + t.dv) + 2 * t.r * t.c + t.r * t.dv) + 2 * t.f * t.r,
-                  t.e * (t.r * t.d + t.r * t.dv) + t.f * t.r * t.dv + 5 * t.f * t.r)
-      .value();
-}
-
-std::int64_t square_tiling_working_set(const Problem& p, const BlockSizes& b) {
-  // Square tiles: B rows, B keys, B-wide slices of d and dv.
-  const Tiles tiles(p, b);
-  const Count r = tiles.r, e = tiles.e, f = tiles.f;
-  const Count t = std::min<Count>(b.block_rows, tiles.d), w = std::min<Count>(b.block_rows, tiles.dv);
-  const Count c = std::min<Count>(b.block_rows, tiles.nk);
-  return std::max({e * (r * c + r * t + c * t) + 2 * f * r,  // S_ij, Q_{i,t}, K_{j,t}; l, zeros
-                   2 * e * r * c + 3 * f * r,                // S_ij, A_ij; l, zeros, rowsum(A)
-                   e * (r * w + r * c + c * w)})             // O_ic, A_ij, V_{j,c}
-      .value();
-}
-
 // The cost model of one head (the run limits): tile steps of a shape-only run and the HBM
 // scratch a data run allocates, both upper bounds, from the same loops as the counts above.
 std::int64_t block_pair_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
@@ -606,22 +518,6 @@ std::int64_t split_kv_scratch(const ClosedFormHead& h, const BlockSizes& b) {  /
 std::int64_t memory_efficient_scratch(const ClosedFormHead& h, const BlockSizes& b) {  // per-chunk summaries
   return (h.nq * ceil_div(h.nk, b.block_cols) * (h.dv + 2)).value();
 }
-
-// Block-size rules: the paper's tile side for M elements, and the blocks of a side.
-// FA1 Algorithm 1, line 1: Bc = ceil(M / 4d), Br = min(Bc, d) (K/V blocks outer: the backward
-// passes and block-sparse use it too). FA2 swaps the loops, so the roles: Br = ceil(M / 4d), Bc = min(Br, d).
-std::int64_t flash_side(std::int64_t m, std::int64_t d) { return ceil_div(std::max<std::int64_t>(m, 1), 4 * d).value(); }
-// Standard attention: square blocks up to d (its traffic does not fall with larger ones).
-std::int64_t standard_side(std::int64_t m, std::int64_t d) { return std::min(flash_side(m, d), d); }
-// Rabe-Staats: square chunks as large as fit (the summaries' round trip falls with the key chunk).
-std::int64_t memory_efficient_side(std::int64_t m, std::int64_t) { return m; }
-// Saha-Ye Algorithm 1: B = floor(sqrt(M / 4)).
-std::int64_t square_tiling_side(std::int64_t m, std::int64_t) {
-  return static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(m) / 4.0)));
-}
-BlockSizes fa1_blocks_of_side(std::int64_t b, std::int64_t d) { return BlockSizes{narrow(std::min(b, d)), narrow(b)}; }
-BlockSizes fa2_blocks_of_side(std::int64_t b, std::int64_t d) { return BlockSizes{narrow(b), narrow(std::min(b, d)), 0}; }
-BlockSizes square_blocks_of_side(std::int64_t b, std::int64_t) { return BlockSizes{narrow(b), narrow(b)}; }
 
 }  // namespace oracle
 
@@ -670,7 +566,7 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
   const std::int64_t d = problem.head_dim;
   const std::int64_t side = info.paper_block_side(sram_elements(sram_bytes, problem.dtype), d);
-  const auto make = [&](std::int64_t b) { return info.blocks_of_side(b, d); };
+  const auto make = [&](std::int64_t b) { return info.blocks_of_side(narrow(b), static_cast<int>(d)); };
   if (rule == BlockRule::paper && info.has_paper_block_rule) return make(std::max<std::int64_t>(side, 1));
   return largest_fitting(info, problem, sram_bytes, side, make);
 }

@@ -58,9 +58,9 @@ bool has_paper_block_rule(std::string_view schedule);
 
 // The per-schedule pieces of the oracle above, named so that each registry entry
 // (schedules.cpp) points at its own: the counts of one query head (and, for a schedule that
-// shares K, V across a GQA group, of one KV head's K, V reads), the working set, the cost
-// model, and the block-size rule (the paper's tile side for M elements, and the blocks of a side).
-// The oracle is written apart from algorithms/: nothing here calls a schedule.
+// shares K, V across a GQA group, of one KV head's K, V reads) and the cost model of the run
+// limits. The oracle is written apart from algorithms/: nothing here calls a schedule. (The
+// block-size rules and working sets are the schedules' own, beside them in algorithms/.)
 struct ClosedFormHead;  // one head of one sequence in the papers' letters (closed_forms.cpp)
 namespace oracle {
 Counters standard_counts(const ClosedFormHead& h, const BlockSizes& b);
@@ -76,16 +76,6 @@ Counters split_kv_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, c
 Counters memory_efficient_counts(const ClosedFormHead& h, const BlockSizes& b);
 Counters square_tiling_counts(const ClosedFormHead& h, const BlockSizes& b);
 
-std::int64_t standard_working_set(const Problem& p, const BlockSizes& b);
-std::int64_t fa1_working_set(const Problem& p, const BlockSizes& b);  // fa1, fa1_skip, block_sparse
-std::int64_t fa2_working_set(const Problem& p, const BlockSizes& b);
-std::int64_t split_kv_working_set(const Problem& p, const BlockSizes& b);
-std::int64_t fa1_backward_working_set(const Problem& p, const BlockSizes& b);
-std::int64_t fa2_backward_working_set(const Problem& p, const BlockSizes& b);  // both dQ updates
-std::int64_t standard_backward_working_set(const Problem& p, const BlockSizes& b);
-std::int64_t memory_efficient_working_set(const Problem& p, const BlockSizes& b);
-std::int64_t square_tiling_working_set(const Problem& p, const BlockSizes& b);
-
 std::int64_t block_pair_tile_steps(const ClosedFormHead& h, const BlockSizes& b);  // (Tr + 1)(Tc + 1)
 std::int64_t split_kv_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t square_tiling_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
@@ -100,13 +90,6 @@ std::int64_t fa2_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t split_kv_scratch(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t memory_efficient_scratch(const ClosedFormHead& h, const BlockSizes& b);
 
-std::int64_t flash_side(std::int64_t m_elements, std::int64_t d);             // ceil(M / 4d)
-std::int64_t standard_side(std::int64_t m_elements, std::int64_t d);          // min(ceil(M / 4d), d)
-std::int64_t memory_efficient_side(std::int64_t m_elements, std::int64_t d);  // M
-std::int64_t square_tiling_side(std::int64_t m_elements, std::int64_t d);     // floor(sqrt(M / 4))
-BlockSizes fa1_blocks_of_side(std::int64_t side, std::int64_t d);     // Br = min(side, d), Bc = side
-BlockSizes fa2_blocks_of_side(std::int64_t side, std::int64_t d);     // Br = side, Bc = min(side, d)
-BlockSizes square_blocks_of_side(std::int64_t side, std::int64_t d);  // Br = Bc = side
 }  // namespace oracle
 
 }  // namespace flashlab::sim

@@ -123,10 +123,11 @@ struct ScheduleInfo {
 
   // The schedule's module: every pointer is set by its registry entry (schedules.cpp), and the
   // public functions of closed_forms.hpp, bounds.hpp and search.hpp look them up by name.
-  // Block sizes from M (closed_forms.hpp: derive_blocks): the paper's tile side for M elements
-  // (the fitting rule's largest side), and the blocks of a side.
+  // Block sizes from M (closed_forms.hpp: derive_blocks), the schedule's own rule from its file in
+  // algorithms/: the paper's tile side for M elements (the fitting rule's largest side), and the
+  // blocks of a side; and its working set there.
   std::int64_t (*paper_block_side)(std::int64_t m_elements, std::int64_t head_dim) = nullptr;
-  BlockSizes (*blocks_of_side)(std::int64_t side, std::int64_t head_dim) = nullptr;
+  BlockSizes (*blocks_of_side)(int side, int head_dim) = nullptr;
   bool has_paper_block_rule = true;  // false: BlockRule::paper uses the fitting rule
   // The oracle (closed_forms.hpp, namespace oracle): the counts of one query head; for
   // shares_kv_in_group, also those of one KV head (its K, V reads; null otherwise).

@@ -3,6 +3,8 @@
 // Expected values below are worked out by hand from the papers' rules.
 #include <string>
 
+#include "algorithms/03_fa1_forward.hpp"
+#include "algorithms/11_square_tiling.hpp"
 #include "catch.hpp"
 #include "sim/bounds.hpp"
 #include "sim/closed_forms.hpp"
@@ -109,4 +111,20 @@ TEST_CASE("each entry's working set, bound and search terms, by hand") {
   // Split-KV's tile steps: Tr (Tc + chunks) + Nq chunks = 2 * (8 + 4) + 256 * 4 with Br = 128,
   // Bc = 32 and 4 chunks of 64 keys.
   CHECK(tile_steps("split_kv", problem, 0, {128, 32, 4}) == 2 * 12 + 1024);
+}
+
+TEST_CASE("the block-size rules and working sets are the schedules' own, in algorithms/") {
+  const Problem problem = small_problem();
+  // One FA1 rule: the schedule's own Fa1Tiling::paper_rule and the registry's derivation agree
+  // (Bc = ceil(16384 / 128) = 128, Br = 32).
+  const Fa1Tiling fa1 = Fa1Tiling::paper_rule(kSramBytes, 32, DType::fp32);
+  CHECK(fa1.block_rows == 32);
+  CHECK(fa1.block_cols == 128);
+  CHECK(derive_blocks("fa1", problem, kSramBytes, BlockRule::paper) == BlockSizes{fa1.block_rows, fa1.block_cols});
+  // Saha-Ye's B = 64 from the schedule's own from_sram, and from the registry.
+  CHECK(SquareTiling::from_sram(kSramBytes, DType::fp32).block == 64);
+  // Blocks that divide the sequences: the registry's working set is FA1's own peak formula,
+  // 4 (128 * 64 + 32 * 32 + 2 * 32 * 128 + 32 * 32) + 4 * 32 * 32 + 36 * 32 = 73728 + 4096 + 1152.
+  CHECK(working_set_bytes("fa1", problem, {32, 128}) == fa1_forward_sram_bytes(fa1, 32, 32, DType::fp32));
+  CHECK(working_set_bytes("fa1", problem, {32, 128}) == 78976);
 }
