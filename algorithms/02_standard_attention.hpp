@@ -28,15 +28,6 @@
 
 namespace flashlab {
 
-struct StandardTiling {
-  int block_rows = 64;  // query rows per block
-  int block_cols = 64;  // keys per block
-
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-};
 
 // Its working set (tiling.hpp: WorkingSetDims): the largest of its three passes.
 inline std::int64_t standard_attention_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
@@ -55,7 +46,7 @@ inline std::int64_t standard_attention_block_side(std::int64_t m_elements, std::
 }
 
 template <class Memory>
-void standard_attention(Memory& mem, const HeadProblem& head, const StandardTiling& tiling,
+void standard_attention(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                         const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;

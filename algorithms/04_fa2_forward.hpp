@@ -15,18 +15,9 @@
 
 namespace flashlab {
 
-struct Fa2Tiling {
-  int block_rows = 64;  // Br: query rows per block
-  int block_cols = 64;  // Bc: keys per block
-
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-  // FA2 swaps FA1's loops, so the roles of line 1's side (tiling.hpp: fa1_block_side): Br = side,
-  // Bc = min(side, d).
-  static Fa2Tiling of_side(int side, int head_dim) { return {side, std::min(side, head_dim)}; }
-};
+// FA2 swaps FA1's loops, so the roles of line 1's side (tiling.hpp: fa1_block_side): Br = side,
+// Bc = min(side, d).
+inline BlockTiling fa2_tiling_of_side(int side, int head_dim) { return {side, std::min(side, head_dim)}; }
 
 // Its working set (tiling.hpp: WorkingSetDims), lines 4-10: Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l,
 // m_new, rescale, rowsum(P). With `group` query heads packed beside one K_j, V_j (split-KV
@@ -39,7 +30,7 @@ inline std::int64_t fa2_working_set_bytes(const Problem& p, int block_rows, int 
 }
 
 template <class Memory>
-void fa2_forward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x) {
+void fa2_forward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   for (int row_begin = 0; row_begin < head.seqlen_q; row_begin += Br) {  // line 3

@@ -29,7 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "02_standard_attention.hpp"  // StandardTiling
+#include "02_standard_attention.hpp"  // BlockTiling
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
 
@@ -39,7 +39,6 @@ namespace flashlab {
 // matrices moved by every line (and the residual pass). Line 3's row sum D_i needs the full row:
 // when a row spans more than one key block (Bc < seqlen_k) it reads P and dP twice, by blocks,
 // first for D_i, then to write dS_ij; one block per row (Bc >= seqlen_k) reads them once.
-using StandardBackwardTiling = StandardTiling;
 
 // Its working set (tiling.hpp: WorkingSetDims): the largest of its five lines.
 inline std::int64_t standard_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
@@ -63,7 +62,7 @@ struct StandardBackwardResiduals {
 // What Algorithm 0 (lines 1-2) leaves in HBM, regenerated from Q, K and the saved LSE:
 // S = scale Q K^T, P = exp(MASK(mods(S)) - LSE).
 template <class Memory>
-void standard_forward_residuals(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling,
+void standard_forward_residuals(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                                 const HeadTensors& x, const StandardBackwardResiduals& residuals) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -84,7 +83,7 @@ void standard_forward_residuals(Memory& mem, const HeadProblem& head, const Stan
 }
 
 template <class Memory>
-void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling, const HeadTensors& x,
+void standard_backward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                        const StandardBackwardResiduals& residuals) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -195,7 +194,7 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
 // One head: the residual pass (counted into *forward_counters when given, not into mem), then
 // Algorithm 3.
 template <class Memory>
-void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling,
+void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                                 const HeadTensors& x, Counters* forward_counters = nullptr) {
   HbmScratch scratch(Memory::with_data);
   StandardBackwardResiduals residuals;
@@ -216,7 +215,7 @@ void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const Stan
 // tensors == nullptr runs shape-only.
 template <class Memory = DataMemory>
 Counters run_standard_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
-                               const StandardBackwardTiling& tiling) {
+                               const BlockTiling& tiling) {
   tiling.validate();
   return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {

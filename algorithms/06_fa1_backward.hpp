@@ -21,19 +21,18 @@
 #include <stdexcept>
 #include <string>
 
-#include "03_fa1_forward.hpp"  // Fa1Tiling
+#include "03_fa1_forward.hpp"  // BlockTiling
 #include "run_backward.hpp"    // fp32_gradient_accumulator, zero_gradient, convert_gradient
 #include "tile_memory.hpp"
 
 namespace flashlab {
 
 // Block sizes: those of the FA1 forward (03_fa1_forward.hpp), given or from the SRAM size M by
-// the paper's rule, Fa1Tiling::paper_rule (Algorithm 4, line 2, is Algorithm 1's line 1:
+// the paper's rule, fa1_paper_tiling (Algorithm 4, line 2, is Algorithm 1's line 1:
 // Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements). That rule is right up to a
 // constant: at those sizes the backward's working set is a few times M (K_j, V_j, dK_j and dV_j
 // alone are 4 Bc d = M elements), so an arena of exactly M bytes overflows; give the arena more
 // room or smaller blocks.
-using Fa1BackwardTiling = Fa1Tiling;
 
 // Its working set (tiling.hpp: WorkingSetDims): K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32);
 // S, P, dP, dS; l, m, D.
@@ -48,13 +47,13 @@ struct Fa1SoftmaxStatistics {
 };
 
 template <class Memory>
-void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling& tiling, const HeadTensors& x,
+void fa1_backward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                   const Fa1SoftmaxStatistics& statistics) {
   tiling.validate();
   // Line 1: the RNG state R is the pair (seed, offset) of a counter-based Philox generator: the
   // dropout mask of element (i, j) is regenerated from its counter at lines 14 and 18.
   mem.mark_line(1);
-  // Lines 2-4: block sizes (given, or Fa1Tiling::paper_rule) and the blocks of Q, K, V, O, dO,
+  // Lines 2-4: block sizes (given, or fa1_paper_tiling) and the blocks of Q, K, V, O, dO,
   // l, m (views of HBM, nothing moves).
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
@@ -163,7 +162,7 @@ void fa1_statistics_from_lse(Memory& mem, const HbmMatrix& lse, const Fa1Softmax
 // One head: Algorithm 4 with its l and m derived from the saved LSE (counted into
 // *statistics_counters when given, not into mem).
 template <class Memory>
-void fa1_backward_from_lse(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling& tiling, const HeadTensors& x,
+void fa1_backward_from_lse(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                            Counters* statistics_counters = nullptr) {
   HbmScratch scratch(Memory::with_data);
   const Fa1SoftmaxStatistics statistics{scratch.matrix(TensorId::l, DType::fp32, head.seqlen_q, 1),
@@ -178,7 +177,7 @@ void fa1_backward_from_lse(Memory& mem, const HeadProblem& head, const Fa1Backwa
 // tensors == nullptr runs shape-only.
 template <class Memory = DataMemory>
 Counters run_fa1_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
-                          const Fa1BackwardTiling& tiling) {
+                          const BlockTiling& tiling) {
   tiling.validate();
   return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {

@@ -25,7 +25,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "04_fa2_forward.hpp"  // Fa2Tiling
+#include "04_fa2_forward.hpp"  // BlockTiling
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
 
@@ -48,7 +48,7 @@ inline std::int64_t fa2_backward_working_set_bytes(const Problem& p, int block_r
 }
 
 template <class Memory>
-void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x,
+void fa2_backward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                   DqUpdate dq_update = DqUpdate::read_modify_write) {
   tiling.validate();
   // Lines 1-2: Q, O, dO, L in blocks of Br rows, K, V in blocks of Bc rows (views of HBM; the
@@ -164,7 +164,7 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
 // tensors == nullptr runs shape-only.
 template <class Memory = DataMemory>
 Counters run_fa2_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
-                          const Fa2Tiling& tiling) {
+                          const BlockTiling& tiling) {
   tiling.validate();
   return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {

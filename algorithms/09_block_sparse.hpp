@@ -37,13 +37,13 @@ inline constexpr Fa1Lines kFa1Algorithm1SkippingLines{2, 6, 8, 9, 9, 10, 11, 12,
 
 // Tiles equal to the problem's sparsity blocks (the paper's M~ at the granularity Br x Bc), or
 // `fallback` when the problem has no block sparsity.
-inline Fa1Tiling block_sparse_tiling(const Problem& problem, Fa1Tiling fallback = {}) {
+inline BlockTiling block_sparse_tiling(const Problem& problem, BlockTiling fallback = {}) {
   if (!problem.block_sparsity.enabled()) return fallback;
   return {problem.block_sparsity.block_rows, problem.block_sparsity.block_cols};
 }
 
 template <class Memory>
-void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
+void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                               const HeadTensors& x, const Fa1Lines& line = kFa1Algorithm5Lines) {
   tiling.validate();  // the block sizes Br, Bc (an input of Algorithm 5)
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -101,7 +101,7 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
 // Algorithm 5 with M~_ij = "block (i, j) has a visible score". Without a mask (and without block
 // sparsity) it visits every block and counts as fa1_forward.
 template <class Memory>
-void fa1_forward_skipping(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
+void fa1_forward_skipping(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x) {
   fa1_block_sparse_forward(mem, head, tiling, x, kFa1Algorithm1SkippingLines);
 }
 

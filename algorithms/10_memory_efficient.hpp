@@ -37,15 +37,9 @@
 
 namespace flashlab {
 
-struct MemoryEfficientTiling {
-  int block_rows = 1024;  // query chunk (the paper's default query_chunk_size)
-  int block_cols = 4096;  // key chunk (the paper's default key_chunk_size)
-
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-};
+// Query chunks of block_rows, key chunks of block_cols (tiling.hpp: BlockTiling); the paper's
+// defaults, query_chunk_size and key_chunk_size:
+inline constexpr BlockTiling kMemoryEfficientPaperChunks{1024, 4096};
 
 // Its working set (tiling.hpp: WorkingSetDims). Summaries: Q_i, K_j, V_j, S, P, values (r x dv);
 // m, l. Combine: Q_i still held, O, values (fp32), m, l, m_j, l_j, weight.
@@ -60,7 +54,7 @@ inline std::int64_t memory_efficient_working_set_bytes(const Problem& p, int blo
 inline std::int64_t memory_efficient_block_side(std::int64_t m_elements, std::int64_t) { return m_elements; }
 
 template <class Memory>
-void memory_efficient_attention(Memory& mem, const HeadProblem& head, const MemoryEfficientTiling& tiling,
+void memory_efficient_attention(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                                 const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols, dv = head.head_dim_v;

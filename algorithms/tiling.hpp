@@ -20,6 +20,19 @@ inline void require_block_size(const char* name, int size) {
                                 "; allowed: >= 1");
 }
 
+// The block tiling of every schedule that cuts Q into blocks of rows and K, V into blocks of keys
+// (standard attention, FA1, FA2, their backward passes, block-sparse, memory-efficient chunks).
+// Square tiling (one side B) and split-KV decoding (KV chunks) have their own.
+struct BlockTiling {
+  int block_rows = 64;  // Br: query rows per block
+  int block_cols = 64;  // Bc: keys per block
+
+  void validate() const {
+    require_block_size("block_rows", block_rows);
+    require_block_size("block_cols", block_cols);
+  }
+};
+
 // FA1 Algorithm 1, line 1: the paper's block side ceil(M / 4d), M the SRAM size in elements
 // (at least 1). FA1 takes Bc = side, Br = min(side, d); FA2 swaps the roles; the backward passes
 // and block-sparse keep FA1's shape; standard attention caps its square blocks by it.

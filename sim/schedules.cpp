@@ -49,11 +49,11 @@ using HeadCall = ScheduleInfo::HeadCall;
 
 // The shapes of a tile side (the schedules' rules, algorithms/): FA1 line 1's, FA2's, square.
 BlockSizes fa1_blocks_of_side(int side, int head_dim) {
-  const Fa1Tiling t = Fa1Tiling::of_side(side, head_dim);
+  const BlockTiling t = fa1_tiling_of_side(side, head_dim);
   return {t.block_rows, t.block_cols};
 }
 BlockSizes fa2_blocks_of_side(int side, int head_dim) {
-  const Fa2Tiling t = Fa2Tiling::of_side(side, head_dim);
+  const BlockTiling t = fa2_tiling_of_side(side, head_dim);
   return {t.block_rows, t.block_cols};
 }
 BlockSizes square_blocks_of_side(int side, int) { return {side, side}; }
@@ -87,7 +87,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = standard_exponents,
                         .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         standard_attention(mem, call.head, StandardTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         standard_attention(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa1",
                         .source = "algorithms/03_fa1_forward.hpp",
@@ -106,7 +106,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa1_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa1_skip",
                         .source = "algorithms/09_block_sparse.hpp",
@@ -126,7 +126,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_forward_skipping(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa1_forward_skipping(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa2",
                         .source = "algorithms/04_fa2_forward.hpp",
@@ -145,7 +145,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa2_forward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa2_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "standard_backward",
                         .source = "algorithms/05_standard_backward.hpp",
@@ -168,7 +168,7 @@ std::vector<ScheduleInfo> make_registry() {
                        [](auto& mem, const HeadCall& call) {
                          // The residual pass (P as Algorithm 0 left it) is counted apart, not here.
                          standard_backward_from_lse(mem, call.head,
-                                                    StandardBackwardTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                                                    BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa1_backward",
                         .source = "algorithms/06_fa1_backward.hpp",
@@ -187,7 +187,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_backward_from_lse(mem, call.head, Fa1BackwardTiling{call.blocks.block_rows, call.blocks.block_cols},
+                         fa1_backward_from_lse(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols},
                                                call.x);
                        }));
   list.push_back(entry({.name = "fa2_backward",
@@ -208,7 +208,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa2_backward_atomic",
                         .source = "algorithms/07_fa2_backward.hpp",
@@ -228,7 +228,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
+                         fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
                                       DqUpdate::atomic);
                        }));
   list.push_back(entry({.name = "split_kv",
@@ -275,7 +275,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .theory_exponents = flash_exponents,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_block_sparse_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa1_block_sparse_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "memory_efficient",
                         .source = "algorithms/10_memory_efficient.hpp",
@@ -296,7 +296,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          memory_efficient_attention(mem, call.head,
-                                                    MemoryEfficientTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                                                    BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "square_tiling",
                         .source = "algorithms/11_square_tiling.hpp",
@@ -347,7 +347,7 @@ Counters run_one_head(const ScheduleInfo& info, const HeadProblem& head, const B
 // counted.
 void prepare_forward_outputs(const Problem& problem, AttentionTensors& tensors) {
   run_per_head<DataMemory>(problem, tensors, 0, [](DataMemory& mem, const HeadProblem& head, const HeadTensors& x) {
-    fa2_forward(mem, head, Fa2Tiling{64, 64}, x);
+    fa2_forward(mem, head, BlockTiling{64, 64}, x);
   });
 }
 

@@ -115,9 +115,9 @@ TEST_CASE("each entry's working set, bound and search terms, by hand") {
 
 TEST_CASE("the block-size rules and working sets are the schedules' own, in algorithms/") {
   const Problem problem = small_problem();
-  // One FA1 rule: the schedule's own Fa1Tiling::paper_rule and the registry's derivation agree
+  // One FA1 rule: the schedule's own fa1_paper_tiling and the registry's derivation agree
   // (Bc = ceil(16384 / 128) = 128, Br = 32).
-  const Fa1Tiling fa1 = Fa1Tiling::paper_rule(kSramBytes, 32, DType::fp32);
+  const BlockTiling fa1 = fa1_paper_tiling(kSramBytes, 32, DType::fp32);
   CHECK(fa1.block_rows == 32);
   CHECK(fa1.block_cols == 128);
   CHECK(derive_blocks("fa1", problem, kSramBytes, BlockRule::paper) == BlockSizes{fa1.block_rows, fa1.block_cols});
