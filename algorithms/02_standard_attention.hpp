@@ -23,6 +23,7 @@
 
 #include <algorithm>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
@@ -130,6 +131,17 @@ void standard_attention(Memory& mem, const HeadProblem& head, const BlockTiling&
     mem.store(x.O, rows, o);
   }
   mem.mark_line(4);  // line 4: return O
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& standard_attention_pseudocode() {
+  static const Pseudocode code{"Standard attention (FA1 Algorithm 0): S and P go through HBM",
+       {{0, "in HBM: Q, K, V (N x d)"},
+        {1, "load Q, K by blocks; S = tau Q K^T (masked); write S to HBM"},
+        {2, "read S by blocks: row max m, sum l; read S again; write P = exp(S - m) / l (and LSE)"},
+        {3, "load P, V by blocks; O = P V; write O to HBM"},
+        {4, "return O"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -35,6 +35,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
@@ -251,6 +252,31 @@ void fa1_forward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling
     }
   }
   mem.mark_line(line.finish);  // line 16: return O (and LSE)
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& fa1_forward_pseudocode() {
+  static const Pseudocode code{"FlashAttention forward (FA1 Algorithm 1; mask and dropout of Algorithm 2)",
+       {{0, "in HBM: Q, K, V (N x d); SRAM of M bytes"},
+        {1, "Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)"},
+        {2, "O = 0, l = 0, m = -inf in HBM"},
+        {3, "split Q into Tr blocks of Br rows; K, V into Tc blocks of Bc rows"},
+        {4, "split O, l, m into Tr blocks"},
+        {5, "for j = 1 .. Tc:"},
+        {6, "  load K_j, V_j from HBM to SRAM"},
+        {7, "  for i = 1 .. Tr:"},
+        {8, "    load Q_i, O_i, l_i, m_i from HBM to SRAM"},
+        {9, "    on chip: S_ij = tau Q_i K_j^T (then the mask)"},
+        {10, "    on chip: m~ = rowmax(S_ij), P~ = exp(S_ij - m~), l~ = rowsum(P~)"},
+        {11, "    on chip: m_new = max(m_i, m~),\n"
+             "             l_new = exp(m_i - m_new) l_i + exp(m~ - m_new) l~"},
+        {12, "    write O_i = diag(l_new)^-1 (diag(l_i) exp(m_i - m_new) O_i\n"
+             "                    + exp(m~ - m_new) P~ V_j) to HBM   (P~ after dropout)"},
+        {13, "    write l_i = l_new, m_i = m_new to HBM"},
+        {14, "  end for"},
+        {15, "end for"},
+        {16, "return O"}}};
+  return code;
 }
 
 }  // namespace flashlab

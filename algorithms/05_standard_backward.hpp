@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "pseudocode.hpp"
 #include "02_standard_attention.hpp"  // BlockTiling
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
@@ -221,6 +222,19 @@ Counters run_standard_backward(const Problem& problem, AttentionTensors* tensors
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {
                                 standard_backward_from_lse(mem, head, tiling, x);
                               });
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& standard_backward_pseudocode() {
+  static const Pseudocode code{"Standard attention backward (FA1 Algorithm 3): P, dP, dS go through HBM",
+       {{0, "in HBM: Q, K, V, dO and P (N x N, from the forward pass)"},
+        {1, "load P, dO by blocks; dV = P^T dO; write dV to HBM"},
+        {2, "load dO, V by blocks; dP = dO V^T; write dP to HBM"},
+        {3, "read P, dP by blocks: D = rowsum(P * dP); again: dS = P * (dP - D); write dS"},
+        {4, "load dS, K by blocks; dQ = dS K; write dQ to HBM"},
+        {5, "load dS, Q by blocks; dK = dS^T Q; write dK to HBM"},
+        {6, "return dQ, dK, dV"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pseudocode.hpp"
 #include "03_fa1_forward.hpp"  // BlockTiling
 #include "run_backward.hpp"    // fp32_gradient_accumulator, zero_gradient, convert_gradient
 #include "tile_memory.hpp"
@@ -183,6 +184,39 @@ Counters run_fa1_backward(const Problem& problem, AttentionTensors* tensors, std
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {
                                 fa1_backward_from_lse(mem, head, tiling, x);
                               });
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& fa1_backward_pseudocode() {
+  static const Pseudocode code{"FlashAttention backward (FA1 Algorithm 4)",
+       {{0, "in HBM: Q, K, V, O, dO; l, m from the forward pass"},
+        {1, "set the dropout generator to the forward's state R"},
+        {2, "Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)"},
+        {3, "split Q into Tr blocks; K, V into Tc blocks"},
+        {4, "split O, dO, l, m into Tr blocks"},
+        {5, "dQ = 0, dK = 0, dV = 0 in HBM"},
+        {6, "for j = 1 .. Tc:"},
+        {7, "  load K_j, V_j from HBM to SRAM"},
+        {8, "  on chip: dK~_j = 0, dV~_j = 0"},
+        {9, "  for i = 1 .. Tr:"},
+        {10, "    load Q_i, O_i, dO_i, dQ_i, l_i, m_i from HBM to SRAM"},
+        {11, "    on chip: S_ij = tau Q_i K_j^T"},
+        {12, "    on chip: S_ij = MASK(S_ij)"},
+        {13, "    on chip: P_ij = diag(l_i)^-1 exp(S_ij - m_i)"},
+        {14, "    on chip: dropout mask Z_ij"},
+        {15, "    on chip: P_ij^dropped = P_ij * Z_ij"},
+        {16, "    on chip: dV~_j += (P_ij^dropped)^T dO_i"},
+        {17, "    on chip: dP_ij^dropped = dO_i V_j^T"},
+        {18, "    on chip: dP_ij = dP_ij^dropped * Z_ij"},
+        {19, "    on chip: D_i = rowsum(dO_i * O_i)"},
+        {20, "    on chip: dS_ij = P_ij * (dP_ij - D_i)"},
+        {21, "    write dQ_i = dQ_i + tau dS_ij K_j to HBM"},
+        {22, "    on chip: dK~_j += tau dS_ij^T Q_i"},
+        {23, "  end for"},
+        {24, "  write dK_j = dK~_j, dV_j = dV~_j to HBM"},
+        {25, "end for"},
+        {26, "return dQ, dK, dV"}}};
+  return code;
 }
 
 }  // namespace flashlab

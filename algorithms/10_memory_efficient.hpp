@@ -32,6 +32,7 @@
 
 #include <algorithm>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
@@ -117,6 +118,22 @@ void memory_efficient_attention(Memory& mem, const HeadProblem& head, const Bloc
     mem.store(x.O, rows, o);
     mem.store(x.LSE, rows, lse);
   }
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& memory_efficient_pseudocode() {
+  static const Pseudocode code{"Memory-efficient attention (Rabe and Staats 2021)",
+       {{1, "for each query chunk Q_i:"},
+        {2, "  load Q_i"},
+        {3, "  for each key chunk j:"},
+        {4, "    load K_j, V_j; s = tau Q_i K_j^T, masked"},
+        {5, "    m_j = rowmax(s), P = exp(s - m_j), l_j = rowsum(P), values_j = P V_j"},
+        {6, "    write values_j, l_j, m_j to HBM"},
+        {7, "  m = -inf; for each key chunk: load m_j, m = max(m, m_j)"},
+        {8, "  O = 0, l = 0; for each key chunk: load m_j, l_j, values_j;\n"
+            "    O += e^(m_j - m) values_j, l += e^(m_j - m) l_j"},
+        {9, "  write O_i = O / l and LSE_i = m + log(l)"}}};
+  return code;
 }
 
 }  // namespace flashlab

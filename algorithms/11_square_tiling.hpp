@@ -36,6 +36,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
@@ -136,6 +137,21 @@ void square_tiling_attention(Memory& mem, const HeadProblem& head, const SquareT
       mem.store(x.O, rows, value_cols, o);
     }
   }
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& square_tiling_pseudocode() {
+  static const Pseudocode code{"Square tiling for small SRAM (Saha and Ye 2024, Algorithm 1)",
+       {{1, "B = floor(sqrt(M / 4))"},
+        {2, "for each row tile i: l_i = 0 on chip"},
+        {3, "  for each column tile j: S_ij = 0"},
+        {4, "    for each slice t of d: load Q_(i,t), K_(j,t); S_ij += Q_(i,t) K_(j,t)^T"},
+        {5, "    A_ij = exp(tau S_ij, masked); l_i += rowsum(A_ij); write A_ij to HBM"},
+        {6, "  write l_i and LSE_i = log(l_i)"},
+        {7, "for each row tile i and column tile c of the value dim: O_ic = 0"},
+        {8, "  for each column tile j: load A_ij, V_(j,c); O_ic += A_ij V_(j,c)"},
+        {9, "  load l_i; write O_ic / l_i"}}};
+  return code;
 }
 
 }  // namespace flashlab

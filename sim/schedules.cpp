@@ -85,6 +85,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 2",
                         .bound = standard_bound,
                         .theory_exponents = standard_exponents,
+                        .pseudocode = standard_attention_pseudocode,
                         .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          standard_attention(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -104,6 +105,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 2",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = fa1_forward_pseudocode,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -124,6 +126,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 2",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = fa1_skipping_pseudocode,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_forward_skipping(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -143,6 +146,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 2",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = fa2_forward_pseudocode,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa2_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -164,6 +168,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 5",
                         .bound = standard_bound,
                         .theory_exponents = standard_exponents,
+                        .pseudocode = standard_backward_pseudocode,
                         .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          // The residual pass (P as Algorithm 0 left it) is counted apart, not here.
@@ -185,6 +190,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 5",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = fa1_backward_pseudocode,
                         .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_backward_from_lse(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols},
@@ -206,6 +212,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 5",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = fa2_backward_pseudocode,
                         .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -226,6 +233,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 5",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = fa2_backward_atomic_pseudocode,
                         .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
@@ -250,6 +258,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Theorem 2",
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = split_kv_pseudocode,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          SplitKvTiling tiling;
@@ -273,6 +282,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "FA1 Proposition 4",
                         .bound = block_sparse_bound,
                         .theory_exponents = flash_exponents,
+                        .pseudocode = block_sparse_pseudocode,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          fa1_block_sparse_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
@@ -293,6 +303,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "square chunks (this simulator)",
                         .bound = memory_efficient_bound,
                         .theory_exponents = memory_efficient_exponents,
+                        .pseudocode = memory_efficient_pseudocode,
                         .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          memory_efficient_attention(mem, call.head,
@@ -314,6 +325,7 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound_source = "Saha and Ye, Algorithm 1",
                         .bound = square_tiling_bound,
                         .theory_exponents = square_tiling_exponents,
+                        .pseudocode = square_tiling_pseudocode,
                         .accumulator_elements = square_tiling_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          square_tiling_attention(mem, call.head, SquareTiling{call.blocks.block_rows}, call.x);

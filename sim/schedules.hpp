@@ -44,6 +44,7 @@
 
 #include "algorithms/paged_kv_cache.hpp"
 #include "algorithms/problem.hpp"
+#include "algorithms/pseudocode.hpp"
 #include "algorithms/run_backward.hpp"
 #include "algorithms/tensors.hpp"
 #include "algorithms/tile_memory.hpp"
@@ -142,6 +143,8 @@ struct ScheduleInfo {
   const char* bound_source = "";
   double (*bound)(const BoundInputs&) = nullptr;
   Exponents (*theory_exponents)(double m_elements, double head_dim) = nullptr;
+  // Its pseudocode (algorithms/pseudocode.hpp), from its file in algorithms/; the visualizer renders it.
+  const Pseudocode& (*pseudocode)() = nullptr;
   // The accumulators a tile holds at once (search.hpp: accumulator_elements), for the register budget.
   std::int64_t (*accumulator_elements)(const Problem&, const BlockSizes&) = nullptr;
 

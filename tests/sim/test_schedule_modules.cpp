@@ -44,6 +44,8 @@ TEST_CASE("every registry entry sets every piece of its module") {
     CHECK(info.bound != nullptr);
     CHECK(info.theory_exponents != nullptr);
     CHECK(info.accumulator_elements != nullptr);
+    REQUIRE(info.pseudocode != nullptr);
+    CHECK_FALSE(info.pseudocode().title.empty());
   }
 }
 
@@ -127,4 +129,17 @@ TEST_CASE("the block-size rules and working sets are the schedules' own, in algo
   // 4 (128 * 64 + 32 * 32 + 2 * 32 * 128 + 32 * 32) + 4 * 32 * 32 + 36 * 32 = 73728 + 4096 + 1152.
   CHECK(working_set_bytes("fa1", problem, {32, 128}) == fa1_forward_sram_bytes(fa1, 32, 32, DType::fp32));
   CHECK(working_set_bytes("fa1", problem, {32, 128}) == 78976);
+}
+
+TEST_CASE("each entry's pseudocode is its paper's, variants one line apart") {
+  // FA1 Algorithm 1 line 1 is the block-size rule; fa1_skip rewrites line 7 only.
+  const Pseudocode& fa1 = find_schedule("fa1").pseudocode();
+  const Pseudocode& skip = find_schedule("fa1_skip").pseudocode();
+  REQUIRE(fa1.has_line(1));
+  CHECK(fa1.lines.size() == skip.lines.size());
+  int differing = 0;
+  for (std::size_t i = 0; i < fa1.lines.size(); ++i) differing += fa1.lines[i].text != skip.lines[i].text;
+  CHECK(differing == 1);
+  CHECK(find_schedule("fa2_backward_atomic").pseudocode().has_line(15));
+  CHECK(find_schedule("fa2").pseudocode().title == "FlashAttention-2 forward (FA2 Algorithm 1)");
 }
