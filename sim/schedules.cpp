@@ -539,7 +539,6 @@ template <class Memory>
 Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOptions& options, const BlockSizes& blocks,
                   AttentionTensors* tensors, int b, int first_head, int heads, std::int64_t& heads_run) {
   const bool backward = info.pass == Pass::backward;
-  const bool grouped = backward && heads > 1;
   auto views = [&](int h) {
     if constexpr (Memory::with_data) return head_tensors(*tensors, problem, b, h);
     return shape_only_head_tensors(problem, b);  // run_backward.hpp: shapes, no data
@@ -554,53 +553,19 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
     heads_run += heads;
     return run_heads<Memory>(info, group_heads, blocks, group_x, problem, options);
   }
-  Counters total;
-  HbmScratch group_buffers(Memory::with_data);
-  if (grouped && options.group_reduction == GroupReduction::in_place) {
-    // One fp32 dK, dV per KV head: zeroed, added into by every head, converted once (run_backward.hpp).
-    const HeadTensors outputs = views(first_head + heads - 1);
-    const HbmMatrix dK = fp32_gradient_accumulator(group_buffers, outputs.dK);
-    const HbmMatrix dV = fp32_gradient_accumulator(group_buffers, outputs.dV);
-    const int dk_rows = group_reduction_block_rows(options.sram_bytes, dK.cols);
-    const int dv_rows = group_reduction_block_rows(options.sram_bytes, dV.cols);
-    {
-      Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-      zero_gradient(mem, dK, dk_rows);
-      zero_gradient(mem, dV, dv_rows);
-      total += mem.counters();
-    }
-    for (int h = first_head; h < first_head + heads; ++h) {
-      HeadTensors x = views(h);
-      x.dK = dK, x.dV = dV, x.add_key_gradients = true;
-      total += run_one_head<Memory>(info, head_problem(problem, b, h), blocks, x, problem, options);
-      ++heads_run;
-    }
+  // One head or a KV group's heads one by one, dK and dV routed by the one group runner
+  // (algorithms/run_backward.hpp: run_head_group).
+  const auto with_memory = [&](auto&& f) {
     Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-    convert_gradient(mem, dK, outputs.dK, dk_rows);
-    convert_gradient(mem, dV, outputs.dV, dv_rows);
-    total += mem.counters();
-    return total;
-  }
-  std::vector<HbmMatrix> dk_parts, dv_parts;
-  for (int h = first_head; h < first_head + heads; ++h) {
-    HeadTensors x = views(h);
-    if (grouped) {
-      x.dK = group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols);
-      x.dV = group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols);
-      dk_parts.push_back(x.dK);
-      dv_parts.push_back(x.dV);
-    }
-    total += run_one_head<Memory>(info, head_problem(problem, b, h), blocks, x, problem, options);
+    f(mem);
+    return mem.counters();
+  };
+  const auto run_head = [&](const HeadProblem& head, const HeadTensors& x) {
     ++heads_run;
-  }
-  if (grouped) {  // the GQA/MQA reduction of dK and dV (run_backward.hpp)
-    const HeadTensors last = views(first_head + heads - 1);
-    Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-    sum_group_gradients(mem, dk_parts, last.dK, group_reduction_block_rows(options.sram_bytes, last.dK.cols));
-    sum_group_gradients(mem, dv_parts, last.dV, group_reduction_block_rows(options.sram_bytes, last.dV.cols));
-    total += mem.counters();
-  }
-  return total;
+    return run_one_head<Memory>(info, head, blocks, x, problem, options);
+  };
+  return run_head_group<Memory>(problem, b, first_head, heads, backward, options.group_reduction, options.sram_bytes, views,
+                                run_head, with_memory);
 }
 
 RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& given_options,

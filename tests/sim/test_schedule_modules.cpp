@@ -4,6 +4,7 @@
 #include <string>
 
 #include "algorithms/03_fa1_forward.hpp"
+#include "algorithms/07_fa2_backward.hpp"
 #include "algorithms/11_square_tiling.hpp"
 #include "catch.hpp"
 #include "sim/bounds.hpp"
@@ -142,4 +143,22 @@ TEST_CASE("each entry's pseudocode is its paper's, variants one line apart") {
   CHECK(differing == 1);
   CHECK(find_schedule("fa2_backward_atomic").pseudocode().has_line(15));
   CHECK(find_schedule("fa2").pseudocode().title == "FlashAttention-2 forward (FA2 Algorithm 1)");
+}
+
+TEST_CASE("one group runner: the registry and run_fa2_backward count a GQA backward alike") {
+  Problem problem = small_problem();
+  problem.heads_q = 4;
+  problem.heads_kv = 2;
+  const BlockTiling tiling{32, 32};
+  const Counters direct = run_fa2_backward<ShapeMemory>(problem, nullptr, kSramBytes, tiling);
+  RunOptions options;
+  options.sram_bytes = kSramBytes;
+  options.blocks = {tiling.block_rows, tiling.block_cols};
+  options.every_head = true;
+  const RunResult registry = run_schedule("fa2_backward", problem, options);
+  CHECK(registry.counters.hbm_bytes() == direct.hbm_bytes());
+  CHECK(registry.counters.loads == direct.loads);
+  CHECK(registry.counters.stores == direct.stores);
+  // And both are the closed form (the reduction: 2 fp32 parts of dK, dV read per KV head).
+  CHECK(direct.hbm_bytes() == closed_form("fa2_backward", problem, options.blocks, kSramBytes).hbm_bytes());
 }
