@@ -62,7 +62,7 @@ void sum_group_gradients(Memory& mem, const std::vector<HbmMatrix>& parts, const
 inline int group_reduction_block_rows(std::int64_t sram_capacity_bytes, int dim) {
   constexpr int kPreferredRows = 64;
   if (sram_capacity_bytes <= 0) return kPreferredRows;
-  const std::int64_t fitting = sram_capacity_bytes / (2LL * dim * element_bytes(DType::fp32));
+  const std::int64_t fitting = sram_elements(sram_capacity_bytes, DType::fp32) / (2LL * dim);
   return static_cast<int>(std::clamp<std::int64_t>(fitting, 1, kPreferredRows));
 }
 

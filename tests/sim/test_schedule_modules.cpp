@@ -162,3 +162,13 @@ TEST_CASE("one group runner: the registry and run_fa2_backward count a GQA backw
   // And both are the closed form (the reduction: 2 fp32 parts of dK, dV read per KV head).
   CHECK(direct.hbm_bytes() == closed_form("fa2_backward", problem, options.blocks, kSramBytes).hbm_bytes());
 }
+
+TEST_CASE("SRAM sizes convert between bytes and elements in one place") {
+  CHECK(sram_elements(kSramBytes, DType::fp32) == 16384);
+  CHECK(sram_elements(kSramBytes, DType::bf16) == 32768);
+  CHECK(sram_bytes_of_elements(16384, DType::fp32) == kSramBytes);
+  CHECK(sram_bytes_of_elements(128 * 128, DType::fp16) == 32768);
+  // The GQA reduction's rows: two fp32 tiles of d = 32 in M = 4000 B hold floor(1000 / 64) = 15 rows.
+  CHECK(group_reduction_block_rows(4000, 32) == 15);
+  CHECK(group_reduction_block_rows(kSramBytes, 32) == 64);  // capped at 64
+}
