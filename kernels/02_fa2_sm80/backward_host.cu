@@ -12,6 +12,7 @@
 #include "algorithms/checked_math.hpp"
 #include "kernels/02_fa2_sm80/backward_kernel.cuh"
 #include "kernels/attention_api.hpp"
+#include "kernels/common/backward_workspace.hpp"
 #include "kernels/common/dispatch.hpp"
 
 namespace flashlab::kernels {
@@ -21,32 +22,11 @@ namespace {
 constexpr const char* kName = "fa2_backward";
 constexpr int kMaxSupportedHeadDim = fa2::kBackwardHeadDims[std::size(fa2::kBackwardHeadDims) - 1];
 
-struct WorkspaceLayout {
-  std::size_t lse_offset, delta_offset, dq_offset, counters_offset, total;
-  std::int64_t dq_rows;  // rows per head of the dQ accumulator
-};
-
-// Sizes in checked arithmetic (algorithms/checked_math.hpp): a layout past int64 is refused, not wrapped.
-WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
-  using Count = CheckedInt64;
-  auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
-  const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
-  WorkspaceLayout layout{};
-  layout.lse_offset = 0;
-  const Count delta_offset = align(rows * heads * float_bytes);
-  const Count dq_offset = delta_offset + align(rows * heads * float_bytes);
-  const Count padded = fa2::backward_padded_head_dim(problem.head_dim);
-  const Count dq_rows = rows + Count(fa2::kDqRowPadding) * problem.batch;
-  const Count counters_offset = dq_offset + align(dq_rows * heads * padded * float_bytes);
-  const Count query_blocks = (Count(problem.seqlen_q) + fa2::kMinBackwardBlockM - 1) / fa2::kMinBackwardBlockM;
-  const Count counters = deterministic ? Count(problem.batch) * heads * query_blocks : Count(0);
-  const Count total = counters_offset + align(counters * static_cast<std::int64_t>(sizeof(int)));
-  layout.delta_offset = checked_size(delta_offset.value(), "fa2_backward: workspace offset");
-  layout.dq_offset = checked_size(dq_offset.value(), "fa2_backward: workspace offset");
-  layout.dq_rows = dq_rows.value();
-  layout.counters_offset = checked_size(counters_offset.value(), "fa2_backward: workspace offset");
-  layout.total = checked_size(total.value(), "fa2_backward: workspace bytes");
-  return layout;
+// The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query block
+// of the smallest tiling's rows.
+BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
+  return backward_workspace_layout(problem, fa2::backward_padded_head_dim(problem.head_dim), fa2::kDqRowPadding,
+                                   fa2::kMinBackwardBlockM, deterministic, kName);
 }
 
 // The shared memory one block of the main kernel takes at this head dim on a device of this
@@ -120,7 +100,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
                {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
 
   const bool deterministic = args.deterministic;
-  const WorkspaceLayout layout = workspace_layout(problem, deterministic);
+  const BackwardWorkspaceLayout layout = workspace_layout(problem, deterministic);
   if (args.workspace != nullptr && args.workspace_bytes < layout.total) {
     refuse_backward("workspace_bytes = " + std::to_string(args.workspace_bytes) +
                     "; allowed: at least fa2_backward_workspace_bytes() = " + std::to_string(layout.total));
@@ -154,7 +134,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.total_rows_q = problem.total_rows_q();
   p.scale = static_cast<float>(problem.scale());
   p.deterministic = deterministic;
-  p.lse_log2 = reinterpret_cast<float*>(bytes + layout.lse_offset);
+  p.lse_log2 = reinterpret_cast<float*>(bytes);  // LSE at offset 0
   p.delta = reinterpret_cast<float*>(bytes + layout.delta_offset);
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
   p.dq_rows = layout.dq_rows;

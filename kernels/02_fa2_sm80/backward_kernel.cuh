@@ -46,6 +46,7 @@
 #include "kernels/common/reductions.cuh"
 #include "kernels/common/sm80.cuh"
 #include "kernels/common/sm90.cuh"
+#include "kernels/common/turns.cuh"
 
 namespace flashlab::kernels::fa2 {
 
@@ -409,12 +410,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
         if (p.deterministic) {
           turn = last_visitor(query_block) - key_block;
           counter = p.dq_counters + (static_cast<std::int64_t>(b) * p.heads_q + head_q) * p.query_blocks + query_block;
-          if (tid == 0) {
-            int seen;
-            do {
-              asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-            } while (seen != turn);
-          }
+          if (tid == 0) wait_for_turn(counter, turn);
           __syncthreads();
         }
         float* dq_lane = dq_tile + dq_lane_offset;
@@ -429,7 +425,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(cons
         if (p.deterministic) {
           __threadfence();
           __syncthreads();
-          if (tid == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+          if (tid == 0) pass_turn(counter, turn + 1);
         }
       }
     }

@@ -13,6 +13,7 @@
 #include "algorithms/checked_math.hpp"
 #include "kernels/03_fa3_sm90/backward_kernel.cuh"
 #include "kernels/attention_api.hpp"
+#include "kernels/common/backward_workspace.hpp"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/dispatch.hpp"
 #include "kernels/common/tma_host.hpp"
@@ -26,37 +27,23 @@ constexpr int kMaxHeadDim = fa3::kBackwardHeadDims[std::size(fa3::kBackwardHeadD
 
 [[noreturn]] void refuse(const std::string& message) { throw std::invalid_argument(std::string(kName) + ": " + message); }
 
-struct WorkspaceLayout {
-  std::size_t delta_offset, dq_offset, counters_offset, total;
-  std::int64_t dq_rows;  // rows per head of the dQ accumulator
-  int query_blocks;      // ceil(seqlen_q / kBlockM): the deterministic counters per (batch, head)
+// The block of the padded head dim: its query rows (the deterministic counters' blocks, the Q and
+// dO boxes) and keys (the grid, the K and V boxes).
+struct BlockShape {
+  int rows, keys;
 };
+BlockShape block_shape(int padded) {
+  BlockShape shape{0, 0};
+  dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() {
+    shape = {fa3::BackwardTiling<kHeadDim>::kBlockM, fa3::BackwardTiling<kHeadDim>::kBlockN};
+  });
+  return shape;
+}
 
-// LSE in base 2 and D ([heads_q][rows] floats each), the fp32 dQ accumulator ([heads_q][dq_rows]
-// [padded head dim], each sequence padded by fa2::kDqRowPadding rows so its last query block's
-// tile fits), the deterministic counters. Checked arithmetic: a layout past int64 is refused.
-WorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
-  using Count = CheckedInt64;
-  auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
+// The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query block.
+BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  int block_m = 0;
-  dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() { block_m = fa3::BackwardTiling<kHeadDim>::kBlockM; });
-  const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
-  const Count delta_offset = align(rows * heads * float_bytes);
-  const Count dq_offset = delta_offset + align(rows * heads * float_bytes);
-  const Count dq_rows = rows + Count(fa2::kDqRowPadding) * problem.batch;
-  const Count counters_offset = dq_offset + align(dq_rows * heads * Count(padded) * float_bytes);
-  const Count query_blocks = (Count(problem.seqlen_q) + block_m - 1) / block_m;
-  const Count counters = deterministic ? Count(problem.batch) * heads * query_blocks : Count(0);
-  const Count total = counters_offset + align(counters * static_cast<std::int64_t>(sizeof(int)));
-  WorkspaceLayout layout{};
-  layout.delta_offset = checked_size(delta_offset.value(), "fa3_backward: workspace offset");
-  layout.dq_offset = checked_size(dq_offset.value(), "fa3_backward: workspace offset");
-  layout.counters_offset = checked_size(counters_offset.value(), "fa3_backward: workspace offset");
-  layout.total = checked_size(total.value(), "fa3_backward: workspace bytes");
-  layout.dq_rows = dq_rows.value();
-  layout.query_blocks = static_cast<int>(query_blocks.value());
-  return layout;
+  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName);
 }
 
 #ifdef FLASHLAB_HAVE_SM90A
@@ -85,28 +72,19 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   // TMA: 16-byte aligned tensors, strides in multiples of 16 bytes.
   require_backward_args(problem, args, kName, 16, kChunkElements);
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  constexpr int kBlockN = 128;
+  const BlockShape block = block_shape(padded);
   const std::int64_t preprocess_threads =
       static_cast<std::int64_t>(problem.total_rows_q()) * problem.heads_q * fa2::kPreprocessLanesPerRow;
-  require_grid(kName, {(std::int64_t(problem.seqlen_k) + kBlockN - 1) / kBlockN, "key blocks"},
+  require_grid(kName, {(std::int64_t(problem.seqlen_k) + block.keys - 1) / block.keys, "key blocks"},
                {problem.heads_kv, "heads_kv"}, {problem.batch, "batch"});
   require_grid(kName, {(preprocess_threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads, "rows x heads_q"},
                {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
-  const struct {
-    const DeviceTensor* tensor;
-    int heads;
-    bool query_side;
-    const char* name;
-  } tma_tensors[] = {{&args.q, problem.heads_q, true, "fa3_backward: q"},
-                     {&args.k, problem.heads_kv, false, "fa3_backward: k"},
-                     {&args.v, problem.heads_kv, false, "fa3_backward: v"},
-                     {&args.d_o, problem.heads_q, true, "fa3_backward: d_o"}};
-  for (const auto& entry : tma_tensors) {
-    require_tma_tensor(attention_tma_tensor(*entry.tensor, problem, entry.heads, entry.query_side), problem.dtype,
-                       entry.name);
-  }
+  require_attention_tma_tensors(problem, {{&args.q, problem.heads_q, true, "fa3_backward: q"},
+                                          {&args.k, problem.heads_kv, false, "fa3_backward: k"},
+                                          {&args.v, problem.heads_kv, false, "fa3_backward: v"},
+                                          {&args.d_o, problem.heads_q, true, "fa3_backward: d_o"}});
   const bool deterministic = args.deterministic;
-  const WorkspaceLayout layout = workspace_layout(problem, deterministic);
+  const BackwardWorkspaceLayout layout = workspace_layout(problem, deterministic);
   if (args.workspace != nullptr && args.workspace_bytes < layout.total) {
     refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) +
            "; allowed: at least fa3_backward_workspace_bytes() = " + std::to_string(layout.total));
@@ -116,8 +94,6 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
 #else
   require_compute_capability_exactly(9, 0, kName);  // the device last: a refused argument makes no CUDA call
 
-  int block_m = 0;
-  dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() { block_m = fa3::BackwardTiling<kHeadDim>::kBlockM; });
   cudaStream_t stream = args.stream;
   void* workspace = args.workspace;
   const bool owns_workspace = workspace == nullptr;
@@ -139,13 +115,13 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
   p.dq_rows = layout.dq_rows;
   p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
-  p.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, block_m,
+  p.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, block.rows,
                          "fa3_backward: q");
-  p.do_map = make_tma_map(attention_tma_tensor(args.d_o, problem, problem.heads_q, true), problem.dtype, 64, block_m,
+  p.do_map = make_tma_map(attention_tma_tensor(args.d_o, problem, problem.heads_q, true), problem.dtype, 64, block.rows,
                           "fa3_backward: d_o");
-  p.k_map = make_tma_map(attention_tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, kBlockN,
+  p.k_map = make_tma_map(attention_tma_tensor(args.k, problem, problem.heads_kv, false), problem.dtype, 64, block.keys,
                          "fa3_backward: k");
-  p.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, kBlockN,
+  p.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block.keys,
                          "fa3_backward: v");
   try {
     if (p.total_rows_q > 0) {

@@ -35,6 +35,7 @@
 #include "kernels/common/sm90_sync.cuh"
 #include "kernels/common/sm90_tma.cuh"
 #include "kernels/common/sm90_wgmma.cuh"
+#include "kernels/common/turns.cuh"
 
 namespace flashlab::kernels::fa3 {
 
@@ -176,12 +177,7 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
     const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
     const int turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
     int* counter = p.dq_counters + (static_cast<std::int64_t>(blockIdx.z) * p.heads_q + step.head) * p.query_blocks + step.block;
-    if (lane == 0) {
-      int seen;
-      do {
-        asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-      } while (seen != turn);
-    }
+    if (lane == 0) wait_for_turn(counter, turn);
     __syncwarp();
     const float4* staged = reinterpret_cast<const float4*>(shared + Tile::kDqStage);
     for (int index = lane; index < 2 * Tile::kDqSliceFloats / 4; index += 32) {
@@ -190,7 +186,7 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
     __threadfence();
     __syncwarp();
     if (lane == 0) {
-      asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(counter), "r"(turn + 1) : "memory");
+      pass_turn(counter, turn + 1);
       mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
     }
   }
@@ -199,17 +195,6 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
 
 // ---------------------------------------------------------------------------------------------
 // The consumers.
-
-// The fp32 accumulators of a 64 x N tile (n8 tiles 2k and 2k + 1), rounded and packed as the A
-// operand of k16 step k (sm90_wgmma.cuh).
-template <typename T, int N>
-__device__ __forceinline__ void pack_a(const float (&d)[N / 2], std::uint32_t (&a)[N / 16][4]) {
-#pragma unroll
-  for (int k = 0; k < N / 16; ++k) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) a[k][j] = pack2<T>(d[8 * k + 2 * j], d[8 * k + 2 * j + 1]);
-  }
-}
 
 template <typename T, class Tile>
 __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
@@ -302,7 +287,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       }
     }
     std::uint32_t pf[kBlockM / 16][4];
-    pack_a<T, kBlockM>(s, pf);
+    pack_a_operand<T, kBlockM>(s, pf);
 
     // Line 12: dV_j += P^T dO_i.
     wgmma_fence();
@@ -327,7 +312,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       }
     }
     std::uint32_t dsf[kBlockM / 16][4];
-    pack_a<T, kBlockM>(dp, dsf);
+    pack_a_operand<T, kBlockM>(dp, dsf);
     // dS^T to shared memory (buffer it % 2), in the TMA box layout: keys as rows, query panels.
     unsigned char* ds_tile = shared + Tile::kDs + (it % 2) * Tile::kDsBytes;
 #pragma unroll
@@ -402,8 +387,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, 1)
   static_assert(Tile::kStages <= BackwardBarriers::kMaxStages);
   static_assert(sizeof(BackwardBarriers) <= 256, "the barriers fit their space");
   extern __shared__ unsigned char shared_raw[];
-  unsigned char* shared = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   BackwardBarriers& bars = *reinterpret_cast<BackwardBarriers*>(shared + Tile::kBarriers);
   const KeyBlockWork w = key_block_work<Tile::kBlockM, Tile::kBlockN>(p);
   if (w.key_begin >= w.sequence.seqlen_k) return;  // varlen: past this sequence's end (the whole block)

@@ -79,19 +79,10 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
     refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) +
            "; allowed: >= fa3_forward_workspace_bytes() = " + std::to_string(fa3_forward_workspace_bytes(problem)));
   }
-  const struct {
-    const DeviceTensor* tensor;
-    int heads;
-    bool query_side;
-    const char* name;
-  } tma_tensors[] = {{&args.q, problem.heads_q, true, "fa3_forward: q"},
-                     {&args.k, problem.heads_kv, false, "fa3_forward: k"},
-                     {&args.v, problem.heads_kv, false, "fa3_forward: v"},
-                     {&args.o, problem.heads_q, true, "fa3_forward: o"}};
-  for (const auto& entry : tma_tensors) {
-    require_tma_tensor(attention_tma_tensor(*entry.tensor, problem, entry.heads, entry.query_side), problem.dtype,
-                       entry.name);
-  }
+  require_attention_tma_tensors(problem, {{&args.q, problem.heads_q, true, "fa3_forward: q"},
+                                          {&args.k, problem.heads_kv, false, "fa3_forward: k"},
+                                          {&args.v, problem.heads_kv, false, "fa3_forward: v"},
+                                          {&args.o, problem.heads_q, true, "fa3_forward: o"}});
 #ifndef FLASHLAB_HAVE_SM90A
   refuse("this build has no sm_90a code; allowed: a build whose CMAKE_CUDA_ARCHITECTURES include 90a");
 #endif

@@ -207,7 +207,7 @@ __device__ __forceinline__ float exp2_on_fma(float x) {
 // kRescaleThresholdLog2: FA4's conditional rescaling, so P <= 2^kRescaleThresholdLog2 and O and l keep the same stale
 // max), P = exp2(s * scale - max) packed as the A operand of P V, the running sums. Returns
 // whether some row of this warp moved its max (corrections then hold the factors for O). P stays
-// in s in fp32 until pack_p.
+// in s in fp32 until pack_a_operand.
 // Every kExp2OnFmaEvery-th n8 tile of scores (0: none) takes exp2_on_fma.
 // `row0` is the sequence row of this thread's first row (its second is row0 + 8).
 template <int kBlockN, int kExp2OnFmaEvery>
@@ -263,19 +263,6 @@ __device__ __forceinline__ bool softmax_block(float (&s)[kBlockN / 2], RowState&
     rows.sum[r] = rows.sum[r] * corrections[r] + sum;
   }
   return __any_sync(kAllLanes, moved);
-}
-
-// P rounded to T and packed as the A operand of O += P V: the D of n8 tiles 2k and 2k + 1 is the
-// A of k16 step k (sm90_wgmma.cuh).
-template <typename T, int kBlockN>
-__device__ __forceinline__ void pack_p(const float (&s)[kBlockN / 2], std::uint32_t (&p)[kBlockN / 16][4]) {
-#pragma unroll
-  for (int k = 0; k < kBlockN / 16; ++k) {
-    p[k][0] = pack2<T>(s[8 * k + 0], s[8 * k + 1]);
-    p[k][1] = pack2<T>(s[8 * k + 2], s[8 * k + 3]);
-    p[k][2] = pack2<T>(s[8 * k + 4], s[8 * k + 5]);
-    p[k][3] = pack2<T>(s[8 * k + 6], s[8 * k + 7]);
-  }
 }
 
 // The 64 rows of a warpgroup in a tile that sees no key at all (a window, or no keys): O = 0 and
@@ -415,7 +402,7 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
         release(&bars.k_empty[kv.stage]);
         softmax_block<kBlockN, Tile::kExp2OnFmaEvery>(s, rows, corrections, mask_needed(w.n_begin), w.mask, thread_row0,
                                                       w.n_begin * kBlockN, p.scale_log2, t);
-        pack_p<T, kBlockN>(s, pf);
+        pack_a_operand<T, kBlockN>(s, pf);  // P as the A operand of O += P V
         RingPosition<Tile::kStages> pv = kv;  // the stage of the V that P multiplies next
         kv.advance();
         // Above d 128, O's rescale waits for the next S to be issued and runs beside it (FA3 does
@@ -455,7 +442,7 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
           } else if (moved) {
             rescale<kHeadDim>(o, corrections);
           }
-          pack_p<T, kBlockN>(s, pf);
+          pack_a_operand<T, kBlockN>(s, pf);  // P as the A operand of O += P V
           pv = kv;
           kv.advance();
         }
@@ -489,7 +476,7 @@ __device__ void consume(const ForwardParams& p, unsigned char* shared, Barriers&
                                                             thread_row0, n_block * kBlockN, p.scale_log2, t)) {
             rescale<kHeadDim>(o, corrections);
           }
-          pack_p<T, kBlockN>(s, pf);
+          pack_a_operand<T, kBlockN>(s, pf);  // P as the A operand of O += P V
           ready_for_turn(o, pf);
           mbarrier_wait(&bars.v_full[kv.stage], kv.phase);
           turn_begin();
@@ -586,9 +573,7 @@ __global__ void __launch_bounds__(ForwardTiling<kHeadDim>::kThreads, 1)
   static_assert(Tile::kConsumerWarpgroups <= Barriers::kMaxGroups && Tile::kStages <= Barriers::kMaxStages);
   static_assert(Layout::kBarriers + sizeof(Barriers) + 1024 <= Tile::kSharedBytes, "barriers and alignment fit");
   extern __shared__ unsigned char shared_raw[];
-  // Swizzled TMA boxes and wgmma operands want 1024-byte aligned tiles.
-  unsigned char* shared = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   Barriers& bars = *reinterpret_cast<Barriers*>(shared + Layout::kBarriers);
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {

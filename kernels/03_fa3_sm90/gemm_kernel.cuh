@@ -42,8 +42,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1) gemm_bf16_kernel(const __gr
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;
   extern __shared__ unsigned char shared_raw[];
-  unsigned char* shared = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<std::uintptr_t>(shared_raw) + 1023) / 1024 * 1024);
+  unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   Mbarrier* full = reinterpret_cast<Mbarrier*>(shared + Tile::kStages * Tile::kStageBytes);
   Mbarrier* empty = full + Tile::kStages;
 

@@ -14,6 +14,16 @@ namespace flashlab::kernels::sm90 {
 // phase completes when both reach zero, and waiters name the phase by its parity.
 using Mbarrier = std::uint64_t;
 
+// The block's dynamic shared memory from its first kAlign-byte boundary (swizzled TMA boxes and
+// wgmma operands want 1024). Pointer arithmetic on the __shared__ array itself, not a round trip
+// through an integer, keeps the address space visible to the compiler: accesses through the
+// result become shared-memory instructions (st.shared: 32-bit addresses) instead of generic ones.
+template <int kAlign>
+__device__ __forceinline__ unsigned char* aligned_shared_base(unsigned char* shared_raw) {
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared_raw));
+  return shared_raw + (kAlign - address % kAlign) % kAlign;
+}
+
 // One thread initialises; mbarrier_init_fence() then makes the barriers visible to the async
 // proxy (the copy engine) before the block synchronises.
 __device__ __forceinline__ void mbarrier_init(Mbarrier* barrier, std::uint32_t arrivals) {

@@ -26,6 +26,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/conversions.cuh"
+
 namespace flashlab::kernels::sm90 {
 
 // A matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address >> 4 in bits 0-13,
@@ -69,6 +71,17 @@ __device__ __forceinline__ void fence_registers(std::uint32_t (&registers)[kCoun
   for (int i = 0; i < kCount; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(registers[i][j])::"memory");
+}
+
+// The fp32 accumulators of a 64 x N tile rounded to T and packed as the register A operand of
+// the next wgmma: the D of n8 tiles 2k and 2k + 1 is the A of k16 step k (the layouts above).
+template <typename T, int N>
+__device__ __forceinline__ void pack_a_operand(const float (&d)[N / 2], std::uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int k = 0; k < N / 16; ++k) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[k][j] = device::pack2<T>(d[8 * k + 2 * j], d[8 * k + 2 * j + 1]);
+  }
 }
 
 // Wgmma<T, N>::ss<kTransposeB>(d, a_descriptor, b_descriptor, accumulate) and

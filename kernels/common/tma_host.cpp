@@ -61,6 +61,13 @@ void require_tma_tensor(const TmaTensor& tensor, DType dtype, const char* name) 
   }
 }
 
+void require_attention_tma_tensors(const Problem& problem, std::initializer_list<AttentionTmaOperand> operands) {
+  for (const AttentionTmaOperand& operand : operands) {
+    require_tma_tensor(attention_tma_tensor(*operand.tensor, problem, operand.heads, operand.query_side), problem.dtype,
+                       operand.name);
+  }
+}
+
 CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name) {
   require_tma_tensor(tensor, dtype, name);
   if (box_columns * 2 > 128 || box_rows > 256) throw std::logic_error("make_tma_map: box too large for the 128-byte swizzle");

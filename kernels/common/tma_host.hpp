@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "algorithms/problem.hpp"
 #include "kernels/common/device_tensor.hpp"
@@ -29,6 +30,15 @@ TmaTensor attention_tma_tensor(const DeviceTensor& tensor, const Problem& proble
 // multiples of 16 bytes below 2^40 bytes, extents in [1, 2^32] (cuTensorMapEncodeTiled's limits).
 // Throws std::invalid_argument naming `name`.
 void require_tma_tensor(const TmaTensor& tensor, DType dtype, const char* name);
+
+// require_tma_tensor on each attention operand a kernel reads or writes by TMA, in order.
+struct AttentionTmaOperand {
+  const DeviceTensor* tensor;
+  int heads;
+  bool query_side;  // seqlen_q rows (Q, O, dO), else seqlen_k (K, V)
+  const char* name;
+};
+void require_attention_tma_tensors(const Problem& problem, std::initializer_list<AttentionTmaOperand> operands);
 
 // A tensor map whose box is box_columns x box_rows x 1 x 1 with the 128-byte swizzle (box_columns
 // * 2 <= 128). Loads of elements outside the extents read zeros; stores there are dropped.

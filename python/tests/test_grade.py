@@ -1,0 +1,184 @@
+"""The course labs' grader (flashlab.grade, notebooks/labs): every reference solution gets full
+marks, every untouched skeleton zero with a clear message, planted mistakes lose the points they
+should with the hint meant for them, and a submission that never ends is stopped by the limit."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numpy")
+from flashlab import grade  # noqa: E402
+
+LABS = Path(__file__).resolve().parents[2] / "notebooks" / "labs"
+
+
+def solution(lab):
+    return LABS / "solutions" / lab.folder / lab.submission
+
+
+def planted(tmp_path, lab_key, old, new, count=1):
+    """The reference solution with one mistake planted (old replaced by new, `count` times)."""
+    lab = grade.find_lab(lab_key)
+    text = solution(lab).read_text()
+    assert text.count(old) == count, f"the solution no longer has {old!r}"
+    path = tmp_path / lab.submission
+    path.write_text(text.replace(old, new))
+    return grade.grade(lab_key, path)
+
+
+def results(report):
+    return {r.name: r for r in report.results}
+
+
+@pytest.mark.parametrize("lab", grade.labs(), ids=lambda lab: lab.folder)
+def test_reference_solution_gets_full_marks(lab):
+    report = grade.grade(lab.key, solution(lab))
+    assert report.score == report.max_score == 10, report.text()
+
+
+@pytest.mark.parametrize("lab", grade.labs(), ids=lambda lab: lab.folder)
+def test_untouched_skeleton_gets_zero_with_a_clear_message(lab):
+    report = grade.grade(lab.key, LABS / lab.folder / lab.submission)
+    assert report.score == 0 and report.max_score == 10
+    for r in report.results:
+        assert "not written yet" in r.message and "NotImplementedError" in r.message, r.message
+        assert r.hint == "write the function the TODO marks"
+
+
+def test_no_rescale_of_the_running_sum_loses_the_online_softmax(tmp_path):
+    report = planted(tmp_path, "01", "        mem.scale_rows(d, rescale)  # line 5", "        pass  # line 5")
+    r = results(report)
+    assert r["online softmax is correct on odd shapes"].points == 0
+    assert "never rescaled" in r["online softmax is correct on odd shapes"].message
+    assert "exp(m_old - m_new)" in r["online softmax is correct on odd shapes"].hint
+    assert report.score == 8  # the passes are still right, and the other two algorithms
+
+
+def test_a_block_that_overruns_the_row_is_named(tmp_path):
+    report = planted(tmp_path, "01", "yield Range(begin, min(block_cols, X.cols - begin))", "yield Range(begin, block_cols)")
+    r = results(report)["three-pass softmax is correct on odd shapes"]
+    assert r.points == 0 and "outside its" in r.message and "overruns" in r.hint
+
+
+def test_holding_every_block_of_x_loses_the_bounded_sram(tmp_path):
+    report = planted(tmp_path, "01", "        del v, x\n", "        kept.append((v, x))\n")
+    assert report.results[-1].name == "softmax(X) V holds one block at a time (a bounded SRAM)"
+    # kept is undefined: the mistake must be written out in full
+    text = Path(report.submission).read_text().replace("    state = start_softmax_state", "    kept = []\n    state = start_softmax_state")
+    Path(report.submission).write_text(text)
+    report = grade.grade("01", report.submission)
+    r = results(report)["softmax(X) V holds one block at a time (a bounded SRAM)"]
+    assert r.points == 0 and "free each block's tiles" in r.hint
+    assert report.score == 9
+
+
+def test_causal_off_by_one_loses_the_masks_only(tmp_path):
+    report = planted(tmp_path, "02", "if coverage == BlockCoverage.partial or head.modifies_scores():",
+                     "if head.modifies_scores():")
+    r = results(report)
+    assert r["FA2 forward is correct under causal masks and a window"].points == 0
+    assert "off by one" in r["FA2 forward is correct under causal masks and a window"].hint
+    assert r["FA2 forward is correct on the odd shapes, no mask"].passed
+    assert r["HBM traffic equals FA2's closed form for the tiling used"].passed
+
+
+def test_no_rescale_of_o_loses_correctness(tmp_path):
+    report = planted(tmp_path, "02", "    mem.scale_rows(state.o, rescale)\n", "")
+    r = results(report)["FA2 forward is correct on the odd shapes, no mask"]
+    assert r.points == 0 and "exp(m - m_new)" in r.hint
+
+
+def test_keeping_all_of_k_in_sram_loses_the_arena_and_the_traffic(tmp_path):
+    report = planted(tmp_path, "02", "        q = mem.load(x.Q, rows)  # line 4\n",
+                     "        q = mem.load(x.Q, rows)  # line 4\n        k_all = mem.load(x.K, Range(0, head.seqlen_k))\n")
+    r = results(report)
+    assert r["runs within FA2's working set (a bounded SRAM)"].points == 0
+    assert "load K_j and V_j inside the loop" in r["runs within FA2's working set (a bounded SRAM)"].hint
+    assert r["HBM traffic equals FA2's closed form for the tiling used"].points == 0
+    assert r["FA2 forward is correct on the odd shapes, no mask"].passed
+
+
+def test_a_submission_that_never_ends_is_stopped(tmp_path):
+    path = tmp_path / "softmax.py"
+    path.write_text(solution(grade.find_lab("01")).read_text().replace(
+        "def softmax_online(mem, X, Y, block_cols):\n", "def softmax_online(mem, X, Y, block_cols):\n    while True:\n        pass\n"))
+    report = grade.grade("01", path, time_limit=8)
+    assert "time limit" in report.note
+    r = results(report)
+    assert r["three-pass softmax is correct on odd shapes"].passed  # finished before the loop
+    assert r["online softmax is correct on odd shapes"].points == 0
+    assert "time limit" in r["online softmax is correct on odd shapes"].message
+    assert report.score == 3
+
+
+def test_a_submission_that_does_not_load(tmp_path):
+    path = tmp_path / "attention.py"
+    path.write_text("def fa2_forward(:\n")
+    report = grade.grade("02", path)
+    assert report.score == 0 and all("does not load: SyntaxError" in r.message for r in report.results)
+
+
+def test_command_line_report_json_and_bad_input(tmp_path):
+    out = tmp_path / "results.json"
+    lab = grade.find_lab("02")
+    run = subprocess.run([sys.executable, "-m", "flashlab.grade", "02", str(solution(lab)), "--json", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and "score: 10 / 10" in run.stdout
+    data = json.loads(out.read_text())
+    assert data["score"] == 10 and len(data["tests"]) == 5
+    assert all({"name", "score", "max_score", "status", "output"} <= set(t) for t in data["tests"])
+    for argv, phrase in [(["07", str(solution(lab))], "lab '07' is unknown"),
+                         (["02", str(tmp_path / "missing.py")], "is not a file"),
+                         (["02", str(solution(lab)), "--time-limit", "0"], "time_limit = 0.0")]:
+        bad = subprocess.run([sys.executable, "-m", "flashlab.grade", *argv], capture_output=True, text=True)
+        assert bad.returncode == 2 and phrase in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_release_leaves_the_solutions_out_and_never_overwrites(tmp_path):
+    files = grade.release(LABS, tmp_path / "release")
+    assert "01_online_softmax/softmax.py" in files and "02_tiled_attention/attention.py" in files
+    assert "01_online_softmax/lab.ipynb" in files and "README.md" in files
+    assert not any(f.startswith("solutions") or f.endswith("INSTRUCTOR.md") for f in files)
+    assert not (tmp_path / "release" / "solutions").exists()
+    with pytest.raises(ValueError, match="not empty"):
+        grade.release(LABS, tmp_path / "release")
+
+
+def test_a_submission_that_allocates_without_bound_is_stopped(tmp_path):
+    path = tmp_path / "softmax.py"
+    path.write_text(solution(grade.find_lab("01")).read_text().replace(
+        "def softmax_online(mem, X, Y, block_cols):\n",
+        "def softmax_online(mem, X, Y, block_cols):\n    hoard = [bytearray(1 << 26) for _ in range(1 << 12)]\n"))
+    report = grade.grade("01", path, memory_limit=1024)
+    r = results(report)
+    assert r["online softmax is correct on odd shapes"].points == 0
+    assert "ran out of memory" in r["online softmax is correct on odd shapes"].message
+    assert r["softmax(X) V in one pass is correct on odd shapes"].passed  # the other functions still graded
+    assert report.score == 7
+
+
+def test_lab05_grader_measures_what_the_theory_says():
+    from flashlab.grade import lab05_io_model_experiment as lab05
+    numbers = lab05.measured()
+    assert 1.9 <= numbers["fa2_exponent_in_n"] <= 2.0  # N^2 d^2 / M, with the N d term fading
+    assert -1.15 <= numbers["fa2_exponent_in_m"] <= -0.9  # 1 / M
+    assert 0.5 <= numbers["crossover_m_over_d2"] <= 2  # Saha and Ye: Theta(d^2)
+    assert numbers["fa1_over_fa2"] > 1
+
+
+def test_lab05_the_last_winner_for_the_crossover_gets_its_hint(tmp_path):
+    report = planted(tmp_path, "05", "        if hbm_elements(\"square_tiling\", 1024, d, sram_bytes) >= hbm_elements(\"fa2\", 1024, d, sram_bytes):\n            return ratio\n",
+                     "        if hbm_elements(\"square_tiling\", 1024, d, sram_bytes) >= hbm_elements(\"fa2\", 1024, d, sram_bytes):\n            return 2 ** ((k - 1) / 2)\n")
+    r = results(report)["the Saha-Ye crossover, M / d^2"]
+    assert r.points == 0 and "last M at which square tiling still wins" in r.hint
+    assert report.score == 8
+
+
+def test_lab05_a_fit_without_logs_loses_the_exponent(tmp_path):
+    report = planted(tmp_path, "05", "np.polyfit(np.log(xs), np.log(ys), 1)", "np.polyfit(xs, ys, 1)")
+    r = results(report)
+    assert r["FA2's exponent in N"].points == 0 and "polyfit(log N, log y, 1)" in r["FA2's exponent in N"].hint
+    assert r["FA1's traffic over FA2's"].passed
