@@ -23,23 +23,31 @@
 
 #include <algorithm>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
 namespace flashlab {
 
-struct StandardTiling {
-  int block_rows = 64;  // query rows per block
-  int block_cols = 64;  // keys per block
 
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-};
+// Its working set (tiling.hpp: WorkingSetDims): the largest of its three passes.
+inline std::int64_t standard_attention_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 r = t.r, c = t.c, d = t.d, dv = t.dv, e = t.e, f = t.f;
+  return std::max({e * (r * d + c * d + r * c),            // line 1: Q_i, K_j, S_ij
+                   c >= t.nk ? 2 * e * r * t.nk + 3 * f * r  // line 2, whole rows of S and P; m, l, LSE
+                             : 2 * e * r * c + 5 * f * r,    // or blocks S_ij, P_ij; m, l, m_new, rescale, rowsum
+                   e * (r * dv + r * c + c * dv)})           // line 3: O_i, P_ij, V_j
+      .value();
+}
+// Its block rule from M elements: square blocks up to min(ceil(M / 4d), d) (its traffic does not
+// fall with larger ones); no paper rule.
+inline std::int64_t standard_attention_block_side(std::int64_t m_elements, std::int64_t head_dim) {
+  return std::min(fa1_block_side(m_elements, head_dim), head_dim);
+}
 
 template <class Memory>
-void standard_attention(Memory& mem, const HeadProblem& head, const StandardTiling& tiling,
+void standard_attention(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                         const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -123,6 +131,17 @@ void standard_attention(Memory& mem, const HeadProblem& head, const StandardTili
     mem.store(x.O, rows, o);
   }
   mem.mark_line(4);  // line 4: return O
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& standard_attention_pseudocode() {
+  static const Pseudocode code{"Standard attention (FA1 Algorithm 0): S and P go through HBM",
+       {{0, "in HBM: Q, K, V (N x d)"},
+        {1, "load Q, K by blocks; S = tau Q K^T (masked); write S to HBM"},
+        {2, "read S by blocks: row max m, sum l; read S again; write P = exp(S - m) / l (and LSE)"},
+        {3, "load P, V by blocks; O = P V; write O to HBM"},
+        {4, "return O"}}};
+  return code;
 }
 
 }  // namespace flashlab

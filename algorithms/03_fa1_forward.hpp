@@ -19,12 +19,12 @@
 // is therefore counted at 4 bytes per element except for that final write.
 //
 // Block sizes are given, or derived from the SRAM size M in bytes:
-//   Fa1Tiling::paper_rule(M, ...)   - line 1: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), with M
+//   fa1_paper_tiling(M, ...)   - line 1: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), with M
 //                                     in elements (M / element size). The rule budgets M/4 for each
 //                                     of K_j, V_j, Q_i, O_i and ignores the S_ij/P_ij tiles
 //                                     (Br x Bc each, up to M/4 elements) and l, m: run with an
 //                                     arena of exactly M bytes it overflows (a test shows it).
-//   Fa1Tiling::fitting_sram(M, ...) - the largest Bc (with Br = min(Bc, d), the paper's shape)
+//   fa1_fitting_tiling(M, ...) - the largest Bc (with Br = min(Bc, d), the paper's shape)
 //                                     whose working set, fa1_forward_sram_bytes(), is <= M bytes.
 //                                     That function sums every tile the schedule holds at once,
 //                                     so the tiling fits by construction (a test checks the peak).
@@ -35,32 +35,34 @@
 #include <stdexcept>
 #include <string>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
 namespace flashlab {
 
-struct Fa1Tiling {
-  int block_rows = 64;  // Br: query rows per block
-  int block_cols = 64;  // Bc: keys per block
+// Line 1's shape for a side (tiling.hpp: fa1_block_side): Bc = side, Br = min(side, d).
+inline BlockTiling fa1_tiling_of_side(int side, int head_dim) { return {std::min(side, head_dim), side}; }
+// FA1 Algorithm 1, line 1, from the SRAM size in bytes.
+inline BlockTiling fa1_paper_tiling(std::int64_t sram_bytes, int head_dim, DType dtype);
+// The paper's shape, shrunk until the whole working set fits in sram_bytes.
+inline BlockTiling fa1_fitting_tiling(std::int64_t sram_bytes, int head_dim, int head_dim_v, DType dtype);
 
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-
-  // FA1 Algorithm 1, line 1, from the SRAM size in bytes.
-  static Fa1Tiling paper_rule(std::int64_t sram_bytes, int head_dim, DType dtype);
-  // The paper's shape, shrunk until the whole working set fits in sram_bytes.
-  static Fa1Tiling fitting_sram(std::int64_t sram_bytes, int head_dim, int head_dim_v, DType dtype);
-};
+// fa1_forward's working set on one head of a problem (tiling.hpp: WorkingSetDims), the same
+// tiles as fa1_forward_sram_bytes below with blocks clipped to the sequences: K_j, V_j; Q_i,
+// S_ij, P~_ij, the product P~ V_j; O_i loaded from its fp32 accumulator; l, m, m~, l~, m_new,
+// l_new, two rescale factors, LSE.
+inline std::int64_t fa1_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return (t.e * (t.c * (t.d + t.dv) + t.r * t.d + 2 * t.r * t.c + t.r * t.dv) + t.f * t.r * t.dv + 9 * t.f * t.r).value();
+}
 
 // The most SRAM fa1_forward (and the block-sparse variant) holds at once with full blocks: K_j and
 // V_j; Q_i, S_ij and P_ij in the problem's dtype; O_i loaded from its fp32 accumulator and the
 // product P_ij V_j; nine fp32 row vectors (l_i, m_i, m~_ij, l~_ij, m_new, l_new, the two
 // rescale factors, LSE). Nothing is released inside an inner step, so this is the exact peak when
 // the sequences are multiples of the block sizes, and an upper bound otherwise.
-inline std::int64_t fa1_forward_sram_bytes(const Fa1Tiling& tiling, int head_dim, int head_dim_v,
+inline std::int64_t fa1_forward_sram_bytes(const BlockTiling& tiling, int head_dim, int head_dim_v,
                                            DType dtype) {
   const std::int64_t Br = tiling.block_rows, Bc = tiling.block_cols, d = head_dim, dv = head_dim_v;
   const std::int64_t b = element_bytes(dtype), fp32 = 4;
@@ -71,7 +73,7 @@ inline std::int64_t fa1_forward_sram_bytes(const Fa1Tiling& tiling, int head_dim
   return key_value + query_scores_probabilities + outputs + statistics;
 }
 
-inline Fa1Tiling Fa1Tiling::paper_rule(std::int64_t sram_bytes, int head_dim, DType dtype) {
+inline BlockTiling fa1_paper_tiling(std::int64_t sram_bytes, int head_dim, DType dtype) {
   if (head_dim < 1)
     throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
   const std::int64_t minimum = 4LL * head_dim * element_bytes(dtype);
@@ -81,21 +83,15 @@ inline Fa1Tiling Fa1Tiling::paper_rule(std::int64_t sram_bytes, int head_dim, DT
         " bytes is too small for FA1's block-size rule; allowed: M >= 4 * head_dim * " +
         std::to_string(element_bytes(dtype)) + " = " + std::to_string(minimum) + " bytes");
   }
-  const std::int64_t elements = sram_elements(sram_bytes, dtype);
-  const std::int64_t Bc = (elements + 4LL * head_dim - 1) / (4LL * head_dim);  // ceil(M / 4d)
-  const std::int64_t Br = std::min<std::int64_t>(Bc, head_dim);  // min(ceil(M / 4d), d)
-  return {static_cast<int>(Br), static_cast<int>(Bc)};
+  return fa1_tiling_of_side(static_cast<int>(fa1_block_side(sram_elements(sram_bytes, dtype), head_dim)), head_dim);
 }
 
-inline Fa1Tiling Fa1Tiling::fitting_sram(std::int64_t sram_bytes, int head_dim, int head_dim_v,
-                                         DType dtype) {
+inline BlockTiling fa1_fitting_tiling(std::int64_t sram_bytes, int head_dim, int head_dim_v, DType dtype) {
   if (head_dim < 1)
     throw std::invalid_argument("head_dim = " + std::to_string(head_dim) + "; allowed: >= 1");
   if (head_dim_v < 1)
     throw std::invalid_argument("head_dim_v = " + std::to_string(head_dim_v) + "; allowed: >= 1");
-  const auto tiling_for = [&](std::int64_t Bc) {
-    return Fa1Tiling{static_cast<int>(std::min<std::int64_t>(Bc, head_dim)), static_cast<int>(Bc)};
-  };
+  const auto tiling_for = [&](std::int64_t Bc) { return fa1_tiling_of_side(static_cast<int>(Bc), head_dim); };
   const auto fits = [&](std::int64_t Bc) {
     return fa1_forward_sram_bytes(tiling_for(Bc), head_dim, head_dim_v, dtype) <= sram_bytes;
   };
@@ -223,9 +219,9 @@ void fa1_inner_step(Memory& mem, const HeadProblem& head, const HeadTensors& x,
 // ---------------------------------------------------------------------------------------------
 // FA1 Algorithm 1.
 template <class Memory>
-void fa1_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
+void fa1_forward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                  const HeadTensors& x) {
-  tiling.validate();  // line 1: block sizes (given, or from Fa1Tiling::paper_rule / fitting_sram)
+  tiling.validate();  // line 1: block sizes (given, or from fa1_paper_tiling / fa1_fitting_tiling)
   const Fa1Lines& line = kFa1Algorithm1Lines;
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   // Lines 3-4: Q, O, l, m in Tr blocks of Br rows; K, V in Tc blocks of Bc rows (the last
@@ -256,6 +252,31 @@ void fa1_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
     }
   }
   mem.mark_line(line.finish);  // line 16: return O (and LSE)
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& fa1_forward_pseudocode() {
+  static const Pseudocode code{"FlashAttention forward (FA1 Algorithm 1; mask and dropout of Algorithm 2)",
+       {{0, "in HBM: Q, K, V (N x d); SRAM of M bytes"},
+        {1, "Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)"},
+        {2, "O = 0, l = 0, m = -inf in HBM"},
+        {3, "split Q into Tr blocks of Br rows; K, V into Tc blocks of Bc rows"},
+        {4, "split O, l, m into Tr blocks"},
+        {5, "for j = 1 .. Tc:"},
+        {6, "  load K_j, V_j from HBM to SRAM"},
+        {7, "  for i = 1 .. Tr:"},
+        {8, "    load Q_i, O_i, l_i, m_i from HBM to SRAM"},
+        {9, "    on chip: S_ij = tau Q_i K_j^T (then the mask)"},
+        {10, "    on chip: m~ = rowmax(S_ij), P~ = exp(S_ij - m~), l~ = rowsum(P~)"},
+        {11, "    on chip: m_new = max(m_i, m~),\n"
+             "             l_new = exp(m_i - m_new) l_i + exp(m~ - m_new) l~"},
+        {12, "    write O_i = diag(l_new)^-1 (diag(l_i) exp(m_i - m_new) O_i\n"
+             "                    + exp(m~ - m_new) P~ V_j) to HBM   (P~ after dropout)"},
+        {13, "    write l_i = l_new, m_i = m_new to HBM"},
+        {14, "  end for"},
+        {15, "end for"},
+        {16, "return O"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -29,7 +29,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "02_standard_attention.hpp"  // StandardTiling
+#include "pseudocode.hpp"
+#include "02_standard_attention.hpp"  // BlockTiling
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
 
@@ -39,7 +40,19 @@ namespace flashlab {
 // matrices moved by every line (and the residual pass). Line 3's row sum D_i needs the full row:
 // when a row spans more than one key block (Bc < seqlen_k) it reads P and dP twice, by blocks,
 // first for D_i, then to write dS_ij; one block per row (Bc >= seqlen_k) reads them once.
-using StandardBackwardTiling = StandardTiling;
+
+// Its working set (tiling.hpp: WorkingSetDims): the largest of its five lines.
+inline std::int64_t standard_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 r = t.r, c = t.c, d = t.d, dv = t.dv, e = t.e, f = t.f;
+  return std::max({e * (c * dv + r * c + r * dv),            // line 1: dV_j, P_ij, dO_i
+                   e * (r * dv + c * dv + r * c),            // line 2: dO_i, V_j, dP_ij
+                   c >= t.nk ? 3 * e * r * t.nk + f * r      // line 3, whole rows of P, dP, dS; D
+                             : std::max(3 * e * r * c + f * r,       // or blocks P_ij, dP_ij, dS_ij; D
+                                        2 * e * r * c + 2 * f * r),  // (first pass: P_ij, dP_ij; D, its partial)
+                   e * (r * d + r * c + c * d)})             // lines 4 and 5: dQ_i, dS_ij, K_j
+      .value();
+}
 
 // The N x N matrices of one head in HBM. S is only needed (and only allocated) with a softcap.
 struct StandardBackwardResiduals {
@@ -50,7 +63,7 @@ struct StandardBackwardResiduals {
 // What Algorithm 0 (lines 1-2) leaves in HBM, regenerated from Q, K and the saved LSE:
 // S = scale Q K^T, P = exp(MASK(mods(S)) - LSE).
 template <class Memory>
-void standard_forward_residuals(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling,
+void standard_forward_residuals(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                                 const HeadTensors& x, const StandardBackwardResiduals& residuals) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -71,7 +84,7 @@ void standard_forward_residuals(Memory& mem, const HeadProblem& head, const Stan
 }
 
 template <class Memory>
-void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling, const HeadTensors& x,
+void standard_backward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                        const StandardBackwardResiduals& residuals) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -182,7 +195,7 @@ void standard_backward(Memory& mem, const HeadProblem& head, const StandardBackw
 // One head: the residual pass (counted into *forward_counters when given, not into mem), then
 // Algorithm 3.
 template <class Memory>
-void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const StandardBackwardTiling& tiling,
+void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                                 const HeadTensors& x, Counters* forward_counters = nullptr) {
   HbmScratch scratch(Memory::with_data);
   StandardBackwardResiduals residuals;
@@ -203,12 +216,25 @@ void standard_backward_from_lse(Memory& mem, const HeadProblem& head, const Stan
 // tensors == nullptr runs shape-only.
 template <class Memory = DataMemory>
 Counters run_standard_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
-                               const StandardBackwardTiling& tiling) {
+                               const BlockTiling& tiling) {
   tiling.validate();
   return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {
                                 standard_backward_from_lse(mem, head, tiling, x);
                               });
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& standard_backward_pseudocode() {
+  static const Pseudocode code{"Standard attention backward (FA1 Algorithm 3): P, dP, dS go through HBM",
+       {{0, "in HBM: Q, K, V, dO and P (N x N, from the forward pass)"},
+        {1, "load P, dO by blocks; dV = P^T dO; write dV to HBM"},
+        {2, "load dO, V by blocks; dP = dO V^T; write dP to HBM"},
+        {3, "read P, dP by blocks: D = rowsum(P * dP); again: dS = P * (dP - D); write dS"},
+        {4, "load dS, K by blocks; dQ = dS K; write dQ to HBM"},
+        {5, "load dS, Q by blocks; dK = dS^T Q; write dK to HBM"},
+        {6, "return dQ, dK, dV"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -21,19 +21,26 @@
 #include <stdexcept>
 #include <string>
 
-#include "03_fa1_forward.hpp"  // Fa1Tiling
+#include "pseudocode.hpp"
+#include "03_fa1_forward.hpp"  // BlockTiling
 #include "run_backward.hpp"    // fp32_gradient_accumulator, zero_gradient, convert_gradient
 #include "tile_memory.hpp"
 
 namespace flashlab {
 
 // Block sizes: those of the FA1 forward (03_fa1_forward.hpp), given or from the SRAM size M by
-// the paper's rule, Fa1Tiling::paper_rule (Algorithm 4, line 2, is Algorithm 1's line 1:
+// the paper's rule, fa1_paper_tiling (Algorithm 4, line 2, is Algorithm 1's line 1:
 // Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements). That rule is right up to a
 // constant: at those sizes the backward's working set is a few times M (K_j, V_j, dK_j and dV_j
 // alone are 4 Bc d = M elements), so an arena of exactly M bytes overflows; give the arena more
 // room or smaller blocks.
-using Fa1BackwardTiling = Fa1Tiling;
+
+// Its working set (tiling.hpp: WorkingSetDims): K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32);
+// S, P, dP, dS; l, m, D.
+inline std::int64_t fa1_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return (t.e * (2 * t.c * (t.d + t.dv) + t.r * t.d + 2 * t.r * t.dv + 4 * t.r * t.c) + t.f * t.r * t.d + 3 * t.f * t.r).value();
+}
 
 // The forward's softmax statistics in HBM: row max m and row sum l (FA1 Algorithm 1, line 13).
 struct Fa1SoftmaxStatistics {
@@ -41,13 +48,13 @@ struct Fa1SoftmaxStatistics {
 };
 
 template <class Memory>
-void fa1_backward(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling& tiling, const HeadTensors& x,
+void fa1_backward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                   const Fa1SoftmaxStatistics& statistics) {
   tiling.validate();
   // Line 1: the RNG state R is the pair (seed, offset) of a counter-based Philox generator: the
   // dropout mask of element (i, j) is regenerated from its counter at lines 14 and 18.
   mem.mark_line(1);
-  // Lines 2-4: block sizes (given, or Fa1Tiling::paper_rule) and the blocks of Q, K, V, O, dO,
+  // Lines 2-4: block sizes (given, or fa1_paper_tiling) and the blocks of Q, K, V, O, dO,
   // l, m (views of HBM, nothing moves).
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
   auto row_block = [&](int begin) { return Range{begin, std::min(Br, head.seqlen_q - begin)}; };
@@ -156,7 +163,7 @@ void fa1_statistics_from_lse(Memory& mem, const HbmMatrix& lse, const Fa1Softmax
 // One head: Algorithm 4 with its l and m derived from the saved LSE (counted into
 // *statistics_counters when given, not into mem).
 template <class Memory>
-void fa1_backward_from_lse(Memory& mem, const HeadProblem& head, const Fa1BackwardTiling& tiling, const HeadTensors& x,
+void fa1_backward_from_lse(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                            Counters* statistics_counters = nullptr) {
   HbmScratch scratch(Memory::with_data);
   const Fa1SoftmaxStatistics statistics{scratch.matrix(TensorId::l, DType::fp32, head.seqlen_q, 1),
@@ -171,12 +178,45 @@ void fa1_backward_from_lse(Memory& mem, const HeadProblem& head, const Fa1Backwa
 // tensors == nullptr runs shape-only.
 template <class Memory = DataMemory>
 Counters run_fa1_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
-                          const Fa1BackwardTiling& tiling) {
+                          const BlockTiling& tiling) {
   tiling.validate();
   return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {
                                 fa1_backward_from_lse(mem, head, tiling, x);
                               });
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& fa1_backward_pseudocode() {
+  static const Pseudocode code{"FlashAttention backward (FA1 Algorithm 4)",
+       {{0, "in HBM: Q, K, V, O, dO; l, m from the forward pass"},
+        {1, "set the dropout generator to the forward's state R"},
+        {2, "Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d)"},
+        {3, "split Q into Tr blocks; K, V into Tc blocks"},
+        {4, "split O, dO, l, m into Tr blocks"},
+        {5, "dQ = 0, dK = 0, dV = 0 in HBM"},
+        {6, "for j = 1 .. Tc:"},
+        {7, "  load K_j, V_j from HBM to SRAM"},
+        {8, "  on chip: dK~_j = 0, dV~_j = 0"},
+        {9, "  for i = 1 .. Tr:"},
+        {10, "    load Q_i, O_i, dO_i, dQ_i, l_i, m_i from HBM to SRAM"},
+        {11, "    on chip: S_ij = tau Q_i K_j^T"},
+        {12, "    on chip: S_ij = MASK(S_ij)"},
+        {13, "    on chip: P_ij = diag(l_i)^-1 exp(S_ij - m_i)"},
+        {14, "    on chip: dropout mask Z_ij"},
+        {15, "    on chip: P_ij^dropped = P_ij * Z_ij"},
+        {16, "    on chip: dV~_j += (P_ij^dropped)^T dO_i"},
+        {17, "    on chip: dP_ij^dropped = dO_i V_j^T"},
+        {18, "    on chip: dP_ij = dP_ij^dropped * Z_ij"},
+        {19, "    on chip: D_i = rowsum(dO_i * O_i)"},
+        {20, "    on chip: dS_ij = P_ij * (dP_ij - D_i)"},
+        {21, "    write dQ_i = dQ_i + tau dS_ij K_j to HBM"},
+        {22, "    on chip: dK~_j += tau dS_ij^T Q_i"},
+        {23, "  end for"},
+        {24, "  write dK_j = dK~_j, dV_j = dV~_j to HBM"},
+        {25, "end for"},
+        {26, "return dQ, dK, dV"}}};
+  return code;
 }
 
 }  // namespace flashlab

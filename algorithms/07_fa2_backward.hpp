@@ -25,7 +25,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "04_fa2_forward.hpp"  // Fa2Tiling
+#include "pseudocode.hpp"
+#include "04_fa2_forward.hpp"  // BlockTiling
 #include "run_backward.hpp"
 #include "tile_memory.hpp"
 
@@ -40,8 +41,15 @@ namespace flashlab {
 // Both add the key blocks in increasing order here, so both give the same dQ.
 enum class DqUpdate { read_modify_write, atomic };
 
+// Its working set, either update (tiling.hpp: WorkingSetDims): K_j, V_j, dK_j, dV_j; Q_i, dO_i;
+// dQ_i (fp32; with atomics, its partial sum); S, P, dP, dS; LSE, D.
+inline std::int64_t fa2_backward_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return (t.e * (2 * t.c * (t.d + t.dv) + t.r * t.d + t.r * t.dv + 4 * t.r * t.c) + t.f * t.r * t.d + 2 * t.f * t.r).value();
+}
+
 template <class Memory>
-void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling, const HeadTensors& x,
+void fa2_backward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x,
                   DqUpdate dq_update = DqUpdate::read_modify_write) {
   tiling.validate();
   // Lines 1-2: Q, O, dO, L in blocks of Br rows, K, V in blocks of Bc rows (views of HBM; the
@@ -157,12 +165,47 @@ void fa2_backward(Memory& mem, const HeadProblem& head, const Fa2Tiling& tiling,
 // tensors == nullptr runs shape-only.
 template <class Memory = DataMemory>
 Counters run_fa2_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
-                          const Fa2Tiling& tiling) {
+                          const BlockTiling& tiling) {
   tiling.validate();
   return run_backward<Memory>(problem, tensors, sram_capacity_bytes,
                               [&](Memory& mem, const HeadProblem& head, const HeadTensors& x) {
                                 fa2_backward(mem, head, tiling, x);
                               });
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& fa2_backward_pseudocode() {
+  static const Pseudocode code{"FlashAttention-2 backward (FA2 Algorithm 2)",
+       {{0, "in HBM: Q, K, V, O, dO and the log-sum-exp L"},
+        {1, "split Q into Tr blocks of Br rows; K, V into Tc blocks of Bc rows"},
+        {2, "split O, dO into Tr blocks, L into Tr blocks"},
+        {3, "dQ = 0 in HBM, split into Tr blocks; split dK, dV into Tc blocks"},
+        {4, "D = rowsum(dO * O); write D to HBM, split into Tr blocks"},
+        {5, "for j = 1 .. Tc:"},
+        {6, "  load K_j, V_j from HBM to SRAM"},
+        {7, "  on chip: dK_j = 0, dV_j = 0"},
+        {8, "  for i = 1 .. Tr:   (blocks hidden by the mask are skipped)"},
+        {9, "    load Q_i, dO_i, L_i, D_i from HBM to SRAM"},
+        {10, "    on chip: S_ij = tau Q_i K_j^T (then the mask)"},
+        {11, "    on chip: P_ij = exp(S_ij - L_i)"},
+        {12, "    on chip: dV_j += P_ij^T dO_i"},
+        {13, "    on chip: dP_ij = dO_i V_j^T"},
+        {14, "    on chip: dS_ij = P_ij * (dP_ij - D_i)"},
+        {15, "    load dQ_i; dQ_i += tau dS_ij K_j; write dQ_i to HBM"},
+        {16, "    on chip: dK_j += tau dS_ij^T Q_i"},
+        {17, "  end for"},
+        {18, "  write dK_j, dV_j to HBM"},
+        {19, "end for"},
+        {20, "return dQ, dK, dV"}}};
+  return code;
+}
+
+// fa2_backward_atomic's pseudocode: line 15 adds dQ_i by atomics.
+inline const Pseudocode& fa2_backward_atomic_pseudocode() {
+  static const Pseudocode code = fa2_backward_pseudocode().with_line(
+      "FlashAttention-2 backward, dQ by atomics (FA2 Algorithm 2, as the FA2 kernel)", 15,
+      "    dQ_i += tau dS_ij K_j by atomic adds in HBM (dQ_i never read)");
+  return code;
 }
 
 }  // namespace flashlab

@@ -58,6 +58,8 @@
 #include <string>
 #include <vector>
 
+#include "pseudocode.hpp"
+#include "04_fa2_forward.hpp"  // fa2_working_set_bytes
 #include "online_softmax.hpp"
 #include "paged_kv_cache.hpp"
 #include "tile_memory.hpp"
@@ -91,6 +93,17 @@ struct SplitKvTiling {
     return (seqlen_k + length - 1) / length;
   }
 };
+
+// Its working set with contiguous chunks of num_splits (0: 4) (tiling.hpp: WorkingSetDims): phase 1
+// as FA2 with the KV group's query heads packed; phase 2, one row: chunk LSEs, partial outputs
+// (fp32), P, O, statistics.
+inline std::int64_t split_kv_working_set_bytes(const Problem& p, int block_rows, int block_cols, int num_splits) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  const CheckedInt64 splits = num_splits > 0 ? num_splits : 4;
+  const CheckedInt64 chunks = (t.nk + (t.nk + splits - 1) / splits - 1) / ((t.nk + splits - 1) / splits);
+  const CheckedInt64 combine = t.f * chunks * (1 + t.dv) + t.e * (t.dv + chunks) + 5 * t.f;
+  return std::max(fa2_working_set_bytes(p, block_rows, block_cols, p.group_size()), combine.value());
+}
 
 namespace split_kv_detail {
 // Rows first_row, first_row + step, ... of a matrix: the partial outputs of one chunk.
@@ -224,6 +237,23 @@ template <class Memory>
 void split_kv_forward(Memory& mem, const HeadProblem& head, const SplitKvTiling& tiling, const HeadTensors& x,
                       const PagedKvCache& cache = {}) {
   split_kv_forward_group(mem, std::span<const HeadProblem>(&head, 1), tiling, std::span<const HeadTensors>(&x, 1), cache);
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& split_kv_pseudocode() {
+  static const Pseudocode code{"Split-KV decoding (Flash-Decoding)",
+       {{1, "for each KV chunk c and each query block Q_i (in parallel on a GPU):"},
+        {2, "  load Q_i; on chip O = 0, l = 0, m = -inf"},
+        {3, "  for each key block j of chunk c the mask does not hide:"},
+        {4, "    load K_j, V_j"},
+        {5, "    S = tau Q_i K_j^T, masked"},
+        {6, "    online softmax update of (m, l, O) with S and V_j"},
+        {7, "  O_c = diag(l)^-1 O, LSE_c = m + log(l); write both to HBM"},
+        {8, "for each query row r (the combine):"},
+        {9, "  load LSE_partial[r, :] and O_partial[r, :, :]"},
+        {10, "  m = max_c LSE_c, l = sum_c e^(LSE_c - m), O = sum_c e^(LSE_c - m) O_c"},
+        {11, "  write O_r = O / l and LSE_r = m + log(l)"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "pseudocode.hpp"
 #include "03_fa1_forward.hpp"
 #include "tile_memory.hpp"
 
@@ -37,13 +38,13 @@ inline constexpr Fa1Lines kFa1Algorithm1SkippingLines{2, 6, 8, 9, 9, 10, 11, 12,
 
 // Tiles equal to the problem's sparsity blocks (the paper's M~ at the granularity Br x Bc), or
 // `fallback` when the problem has no block sparsity.
-inline Fa1Tiling block_sparse_tiling(const Problem& problem, Fa1Tiling fallback = {}) {
+inline BlockTiling block_sparse_tiling(const Problem& problem, BlockTiling fallback = {}) {
   if (!problem.block_sparsity.enabled()) return fallback;
   return {problem.block_sparsity.block_rows, problem.block_sparsity.block_cols};
 }
 
 template <class Memory>
-void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling,
+void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                               const HeadTensors& x, const Fa1Lines& line = kFa1Algorithm5Lines) {
   tiling.validate();  // the block sizes Br, Bc (an input of Algorithm 5)
   const int Br = tiling.block_rows, Bc = tiling.block_cols;
@@ -101,8 +102,43 @@ void fa1_block_sparse_forward(Memory& mem, const HeadProblem& head, const Fa1Til
 // Algorithm 5 with M~_ij = "block (i, j) has a visible score". Without a mask (and without block
 // sparsity) it visits every block and counts as fa1_forward.
 template <class Memory>
-void fa1_forward_skipping(Memory& mem, const HeadProblem& head, const Fa1Tiling& tiling, const HeadTensors& x) {
+void fa1_forward_skipping(Memory& mem, const HeadProblem& head, const BlockTiling& tiling, const HeadTensors& x) {
   fa1_block_sparse_forward(mem, head, tiling, x, kFa1Algorithm1SkippingLines);
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& block_sparse_pseudocode() {
+  static const Pseudocode code{"Block-sparse FlashAttention (FA1 Algorithm 5)",
+       {{0, "in HBM: Q, K, V; block sizes Br, Bc; block mask M~ (Tr x Tc)"},
+        {1, "initialise the dropout generator state R"},
+        {2, "O = 0, l = 0, m = -inf in HBM"},
+        {3, "split Q into Tr blocks; K, V into Tc blocks"},
+        {4, "split O, l, m into Tr blocks"},
+        {5, "for j = 1 .. Tc:"},
+        {6, "  load K_j, V_j from HBM to SRAM"},
+        {7, "  for i = 1 .. Tr:"},
+        {8, "    if M~_ij != 0:   (otherwise the tile is skipped)"},
+        {9, "      load Q_i, O_i, l_i, m_i from HBM to SRAM"},
+        {10, "      on chip: S_ij = tau Q_i K_j^T"},
+        {11, "      on chip: S_ij = MASK(S_ij)"},
+        {12, "      on chip: m~ = rowmax(S_ij), P~ = exp(S_ij - m~), l~ = rowsum(P~)"},
+        {13, "      on chip: m_new = max(m_i, m~), l_new = e^(m_i - m_new) l_i + e^(m~ - m_new) l~"},
+        {14, "      on chip: P~ = dropout(P~)"},
+        {15, "      write O_i = diag(l_new)^-1 (diag(l_i) e^(m_i - m_new) O_i + e^(m~ - m_new) P~ V_j)"},
+        {16, "      write l_i = l_new, m_i = m_new to HBM"},
+        {17, "    end if"},
+        {18, "  end for"},
+        {19, "end for"},
+        {20, "return O"}}};
+  return code;
+}
+
+// fa1_skip's pseudocode: FA1's (03_fa1_forward.hpp) with line 7 skipping the hidden blocks.
+inline const Pseudocode& fa1_skipping_pseudocode() {
+  static const Pseudocode code = fa1_forward_pseudocode().with_line(
+      "FlashAttention forward, hidden blocks skipped (FA1 Algorithm 1, as the FA1 kernel)", 7,
+      "  for i = 1 .. Tr:   (blocks hidden by the mask are skipped)");
+  return code;
 }
 
 }  // namespace flashlab

@@ -32,23 +32,30 @@
 
 #include <algorithm>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
 #include "tiling.hpp"
 
 namespace flashlab {
 
-struct MemoryEfficientTiling {
-  int block_rows = 1024;  // query chunk (the paper's default query_chunk_size)
-  int block_cols = 4096;  // key chunk (the paper's default key_chunk_size)
+// Query chunks of block_rows, key chunks of block_cols (tiling.hpp: BlockTiling); the paper's
+// defaults, query_chunk_size and key_chunk_size:
+inline constexpr BlockTiling kMemoryEfficientPaperChunks{1024, 4096};
 
-  void validate() const {
-    require_block_size("block_rows", block_rows);
-    require_block_size("block_cols", block_cols);
-  }
-};
+// Its working set (tiling.hpp: WorkingSetDims). Summaries: Q_i, K_j, V_j, S, P, values (r x dv);
+// m, l. Combine: Q_i still held, O, values (fp32), m, l, m_j, l_j, weight.
+inline std::int64_t memory_efficient_working_set_bytes(const Problem& p, int block_rows, int block_cols) {
+  const WorkingSetDims t(p, block_rows, block_cols);
+  return std::max(t.e * (t.r * t.d + t.c * (t.d + t.dv) + 2 * t.r * t.c + t.r * t.dv) + 2 * t.f * t.r,
+                  t.e * (t.r * t.d + t.r * t.dv) + t.f * t.r * t.dv + 5 * t.f * t.r)
+      .value();
+}
+// Its block rule from M elements: square chunks as large as fit (the summaries' round trip
+// falls with the key chunk), so the side is bounded by M alone; no paper rule.
+inline std::int64_t memory_efficient_block_side(std::int64_t m_elements, std::int64_t) { return m_elements; }
 
 template <class Memory>
-void memory_efficient_attention(Memory& mem, const HeadProblem& head, const MemoryEfficientTiling& tiling,
+void memory_efficient_attention(Memory& mem, const HeadProblem& head, const BlockTiling& tiling,
                                 const HeadTensors& x) {
   tiling.validate();
   const int Br = tiling.block_rows, Bc = tiling.block_cols, dv = head.head_dim_v;
@@ -111,6 +118,22 @@ void memory_efficient_attention(Memory& mem, const HeadProblem& head, const Memo
     mem.store(x.O, rows, o);
     mem.store(x.LSE, rows, lse);
   }
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& memory_efficient_pseudocode() {
+  static const Pseudocode code{"Memory-efficient attention (Rabe and Staats 2021)",
+       {{1, "for each query chunk Q_i:"},
+        {2, "  load Q_i"},
+        {3, "  for each key chunk j:"},
+        {4, "    load K_j, V_j; s = tau Q_i K_j^T, masked"},
+        {5, "    m_j = rowmax(s), P = exp(s - m_j), l_j = rowsum(P), values_j = P V_j"},
+        {6, "    write values_j, l_j, m_j to HBM"},
+        {7, "  m = -inf; for each key chunk: load m_j, m = max(m, m_j)"},
+        {8, "  O = 0, l = 0; for each key chunk: load m_j, l_j, values_j;\n"
+            "    O += e^(m_j - m) values_j, l += e^(m_j - m) l_j"},
+        {9, "  write O_i = O / l and LSE_i = m + log(l)"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -36,7 +36,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "pseudocode.hpp"
 #include "tile_memory.hpp"
+#include "tiling.hpp"
 
 namespace flashlab {
 
@@ -47,9 +49,11 @@ struct SquareTiling {
     if (block < 1) throw std::invalid_argument("square tile side B = " + std::to_string(block) + "; allowed: >= 1");
   }
   // Saha and Ye, Algorithm 1: B = floor(sqrt(M / 4)) with M the SRAM size in elements.
+  static std::int64_t side_of(std::int64_t m_elements) {
+    return static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(m_elements) / 4.0)));
+  }
   static SquareTiling from_sram(std::int64_t sram_bytes, DType dtype) {
-    const std::int64_t elements = sram_elements(sram_bytes, dtype);
-    const auto side = static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(elements) / 4.0)));
+    const std::int64_t side = side_of(sram_elements(sram_bytes, dtype));
     if (side < 1) {
       throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " bytes gives a square tile side of 0; allowed: M >= " +
                                   std::to_string(4 * element_bytes(dtype)) + " bytes (4 elements)");
@@ -57,6 +61,19 @@ struct SquareTiling {
     return {static_cast<int>(std::min<std::int64_t>(side, 1 << 30))};
   }
 };
+
+// Its working set (tiling.hpp: WorkingSetDims) with tile side B: B rows, B keys, B-wide slices
+// of d and dv.
+inline std::int64_t square_tiling_working_set_bytes(const Problem& p, int block) {
+  const WorkingSetDims tiles(p, block, block);
+  const CheckedInt64 r = tiles.r, e = tiles.e, f = tiles.f;
+  const CheckedInt64 t = std::min<CheckedInt64>(block, tiles.d), w = std::min<CheckedInt64>(block, tiles.dv);
+  const CheckedInt64 c = std::min<CheckedInt64>(block, tiles.nk);
+  return std::max({e * (r * c + r * t + c * t) + 2 * f * r,  // S_ij, Q_{i,t}, K_{j,t}; l, zeros
+                   2 * e * r * c + 3 * f * r,                // S_ij, A_ij; l, zeros, rowsum(A)
+                   e * (r * w + r * c + c * w)})             // O_ic, A_ij, V_{j,c}
+      .value();
+}
 
 template <class Memory>
 void square_tiling_attention(Memory& mem, const HeadProblem& head, const SquareTiling& tiling, const HeadTensors& x) {
@@ -120,6 +137,21 @@ void square_tiling_attention(Memory& mem, const HeadProblem& head, const SquareT
       mem.store(x.O, rows, value_cols, o);
     }
   }
+}
+
+// Its pseudocode (pseudocode.hpp), the lines it marks.
+inline const Pseudocode& square_tiling_pseudocode() {
+  static const Pseudocode code{"Square tiling for small SRAM (Saha and Ye 2024, Algorithm 1)",
+       {{1, "B = floor(sqrt(M / 4))"},
+        {2, "for each row tile i: l_i = 0 on chip"},
+        {3, "  for each column tile j: S_ij = 0"},
+        {4, "    for each slice t of d: load Q_(i,t), K_(j,t); S_ij += Q_(i,t) K_(j,t)^T"},
+        {5, "    A_ij = exp(tau S_ij, masked); l_i += rowsum(A_ij); write A_ij to HBM"},
+        {6, "  write l_i and LSE_i = log(l_i)"},
+        {7, "for each row tile i and column tile c of the value dim: O_ic = 0"},
+        {8, "  for each column tile j: load A_ij, V_(j,c); O_ic += A_ij V_(j,c)"},
+        {9, "  load l_i; write O_ic / l_i"}}};
+  return code;
 }
 
 }  // namespace flashlab

@@ -30,6 +30,8 @@ inline std::int64_t sram_elements(std::int64_t sram_bytes, DType dtype) { return
 inline double sram_elements_exact(std::int64_t sram_bytes, DType dtype) {
   return static_cast<double>(sram_bytes) / element_bytes(dtype);
 }
+// And back: M elements of a dtype in bytes.
+inline std::int64_t sram_bytes_of_elements(std::int64_t m_elements, DType dtype) { return m_elements * element_bytes(dtype); }
 const char* to_string(DType dtype);
 DType dtype_from_string(const std::string& name);  // "fp32", "fp16", "bf16"; throws otherwise
 float round_to(DType dtype, float value);

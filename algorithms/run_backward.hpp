@@ -62,7 +62,7 @@ void sum_group_gradients(Memory& mem, const std::vector<HbmMatrix>& parts, const
 inline int group_reduction_block_rows(std::int64_t sram_capacity_bytes, int dim) {
   constexpr int kPreferredRows = 64;
   if (sram_capacity_bytes <= 0) return kPreferredRows;
-  const std::int64_t fitting = sram_capacity_bytes / (2LL * dim * element_bytes(DType::fp32));
+  const std::int64_t fitting = sram_elements(sram_capacity_bytes, DType::fp32) / (2LL * dim);
   return static_cast<int>(std::clamp<std::int64_t>(fitting, 1, kPreferredRows));
 }
 
@@ -135,10 +135,59 @@ void convert_gradient(Memory& mem, const HbmMatrix& accumulator, const HbmMatrix
   }
 }
 
+// The heads [first_head, first_head + heads) of sequence b that share one KV head, run one by one:
+// the one place that routes a group's dK, dV (the simulator's registry runs every schedule
+// through it, and run_backward below). views(h) gives head h's HBM views; run_head(head, x)
+// runs one head on a fresh memory model and returns its counters; with_memory(f) calls f on a
+// fresh memory model and returns its counters. A backward pass (backward) with heads > 1 combines
+// the group's dK, dV: fp32_partials gives each head an fp32 buffer of its own and sums them in
+// increasing head order (sum_group_gradients); in_place zeroes one fp32 accumulator per KV
+// head, lets every head add into it (HeadTensors::add_key_gradients) and converts it once. The
+// reductions' rows follow M (group_reduction_block_rows).
+template <class Memory, class Views, class RunHead, class WithMemory>
+Counters run_head_group(const Problem& problem, int b, int first_head, int heads, bool backward, GroupReduction reduction,
+                        std::int64_t sram_capacity_bytes, Views&& views, RunHead&& run_head, WithMemory&& with_memory) {
+  const bool grouped = backward && heads > 1;
+  Counters total;
+  HbmScratch group_buffers(Memory::with_data);
+  if (grouped && reduction == GroupReduction::in_place) {
+    const HeadTensors outputs = views(first_head + heads - 1);
+    const HbmMatrix dK = fp32_gradient_accumulator(group_buffers, outputs.dK);
+    const HbmMatrix dV = fp32_gradient_accumulator(group_buffers, outputs.dV);
+    const int dk_rows = group_reduction_block_rows(sram_capacity_bytes, dK.cols);
+    const int dv_rows = group_reduction_block_rows(sram_capacity_bytes, dV.cols);
+    total += with_memory([&](Memory& mem) { zero_gradient(mem, dK, dk_rows), zero_gradient(mem, dV, dv_rows); });
+    for (int h = first_head; h < first_head + heads; ++h) {
+      HeadTensors x = views(h);
+      x.dK = dK, x.dV = dV, x.add_key_gradients = true;
+      total += run_head(head_problem(problem, b, h), x);
+    }
+    total += with_memory([&](Memory& mem) { convert_gradient(mem, dK, outputs.dK, dk_rows), convert_gradient(mem, dV, outputs.dV, dv_rows); });
+    return total;
+  }
+  std::vector<HbmMatrix> dk_parts, dv_parts;
+  for (int h = first_head; h < first_head + heads; ++h) {  // query heads in increasing order
+    HeadTensors x = views(h);
+    if (grouped) {  // this head's share of dK, dV goes to its own fp32 buffer
+      x.dK = dk_parts.emplace_back(group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols));
+      x.dV = dv_parts.emplace_back(group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols));
+    }
+    total += run_head(head_problem(problem, b, h), x);
+  }
+  if (grouped) {
+    const HeadTensors outputs = views(first_head + heads - 1);
+    total += with_memory([&](Memory& mem) {
+      sum_group_gradients(mem, dk_parts, outputs.dK, group_reduction_block_rows(sram_capacity_bytes, outputs.dK.cols));
+      sum_group_gradients(mem, dv_parts, outputs.dV, group_reduction_block_rows(sram_capacity_bytes, outputs.dV.cols));
+    });
+  }
+  return total;
+}
+
 // Calls schedule(memory, head_problem, head_tensors) for every (sequence b, query head h), with a
-// fresh memory model per head, then reduces dK and dV over each GQA group. tensors == nullptr
-// runs shape-only (Memory must then be ShapeMemory). Returns the counters summed over heads
-// and reductions.
+// fresh memory model per head, then reduces dK and dV over each GQA group (fp32_partials, through
+// run_head_group). tensors == nullptr runs shape-only (Memory must then be ShapeMemory). Returns
+// the counters summed over heads and reductions.
 template <class Memory, class Schedule>
 Counters run_backward(const Problem& problem, AttentionTensors* tensors, std::int64_t sram_capacity_bytes,
                       Schedule&& schedule) {
@@ -148,32 +197,20 @@ Counters run_backward(const Problem& problem, AttentionTensors* tensors, std::in
   }
   const MemoryConfig config{problem.dtype, sram_capacity_bytes};
   const int group = problem.group_size();
+  const auto with_memory = [&](auto&& f) {
+    Memory memory(config);
+    f(memory);
+    return memory.counters();
+  };
+  const auto run_head = [&](const HeadProblem& head, const HeadTensors& x) {
+    return with_memory([&](Memory& memory) { schedule(memory, head, x); });
+  };
   Counters total;
-  auto views = [&](int b, int h) { return tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b); };
   for (int b = 0; b < problem.batch; ++b) {
-    for (int kv = 0; kv < problem.heads_kv; ++kv) {
-      const HeadTensors group_outputs = views(b, kv * group);  // dK, dV of KV head kv
-      HbmScratch group_buffers(Memory::with_data);
-      std::vector<HbmMatrix> dk_parts, dv_parts;
-      for (int h = kv * group; h < (kv + 1) * group; ++h) {  // query heads in increasing order
-        HeadTensors x = views(b, h);
-        if (group > 1) {  // this head's share of dK, dV goes to its own fp32 buffer
-          x.dK = dk_parts.emplace_back(group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols));
-          x.dV = dv_parts.emplace_back(group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols));
-        }
-        Memory memory(config);
-        schedule(memory, head_problem(problem, b, h), x);
-        total += memory.counters();
-      }
-      if (group > 1) {
-        Memory memory(config);
-        const HbmMatrix& dK = group_outputs.dK;
-        const HbmMatrix& dV = group_outputs.dV;
-        sum_group_gradients(memory, dk_parts, dK, group_reduction_block_rows(sram_capacity_bytes, dK.cols));
-        sum_group_gradients(memory, dv_parts, dV, group_reduction_block_rows(sram_capacity_bytes, dV.cols));
-        total += memory.counters();
-      }
-    }
+    const auto views = [&](int h) { return tensors ? head_tensors(*tensors, problem, b, h) : shape_only_head_tensors(problem, b); };
+    for (int kv = 0; kv < problem.heads_kv; ++kv)
+      total += run_head_group<Memory>(problem, b, kv * group, group, true, GroupReduction::fp32_partials, sram_capacity_bytes,
+                                      views, run_head, with_memory);
   }
   return total;
 }

@@ -33,25 +33,9 @@ std::string theorem_range_warning(const Problem& problem, std::int64_t sram_byte
   return text.str();
 }
 
-namespace {
-Bound schedule_bound_unchecked(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, double sparsity) {
-  const BoundInputs x = bound_inputs(problem, sram_bytes, sparsity);
-  if (schedule == "standard") return {"N d + N^2", "FA1 Theorem 2", standard_bound(x), {}};
-  if (schedule == "standard_backward") return {"N d + N^2", "FA1 Theorem 5", standard_bound(x), {}};
-  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "fa2" || schedule == "split_kv")
-    return {"N^2 d^2 / M", "FA1 Theorem 2", flash_bound(x), {}};
-  if (schedule == "fa1_backward" || schedule == "fa2_backward" || schedule == "fa2_backward_atomic")
-    return {"N^2 d^2 / M", "FA1 Theorem 5", flash_bound(x), {}};
-  if (schedule == "block_sparse") return {"N d + N^2 d^2 s / M", "FA1 Proposition 4", block_sparse_bound(x), {}};
-  if (schedule == "memory_efficient") return {"N^2 d / min(sqrt(M), M / d)", "square chunks (this simulator)", memory_efficient_bound(x), {}};
-  if (schedule == "square_tiling") return {"N^2 d / sqrt(M) + N^2", "Saha and Ye, Algorithm 1", square_tiling_bound(x), {}};
-  find_schedule(schedule);  // throws for an unknown name
-  return {};
-}
-}  // namespace
-
 Bound schedule_bound(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, double sparsity) {
-  Bound bound = schedule_bound_unchecked(schedule, problem, sram_bytes, sparsity);
+  const ScheduleInfo& info = find_schedule(schedule);
+  Bound bound{info.bound_formula, info.bound_source, info.bound(bound_inputs(problem, sram_bytes, sparsity)), {}};
   if (bound.formula == "N^2 d^2 / M") bound.warning = theorem_range_warning(problem, sram_bytes);
   return bound;
 }
@@ -63,13 +47,18 @@ Bound lower_bound(const Problem& problem, std::int64_t sram_bytes) {
           theorem_range_warning(problem, sram_bytes)};
 }
 
+Exponents standard_exponents(double, double) { return {2, 0, 0}; }
+Exponents flash_exponents(double, double) { return {2, -1, 2}; }
+// Square chunks b: the working set 4 d b + 2 b^2 is linear in b up to M ~ 16 d^2.
+Exponents memory_efficient_exponents(double m_elements, double d) {
+  return m_elements < 16 * d * d ? Exponents{2, -1, 2} : Exponents{2, -0.5, 1};
+}
+Exponents square_tiling_exponents(double m_elements, double d) {
+  return m_elements < d * d ? Exponents{2, -0.5, 1} : Exponents{2, 0, 0};
+}
+
 Exponents theory_exponents(std::string_view schedule, double m_elements, double d) {
-  const bool small_sram = m_elements < d * d;
-  if (schedule == "standard" || schedule == "standard_backward") return {2, 0, 0};
-  // Square chunks b: the working set 4 d b + 2 b^2 is linear in b up to M ~ 16 d^2.
-  if (schedule == "memory_efficient") return m_elements < 16 * d * d ? Exponents{2, -1, 2} : Exponents{2, -0.5, 1};
-  if (schedule == "square_tiling") return small_sram ? Exponents{2, -0.5, 1} : Exponents{2, 0, 0};
-  return {2, -1, 2};  // the FlashAttention family
+  return find_schedule(schedule).theory_exponents(m_elements, d);
 }
 
 }  // namespace flashlab::sim

@@ -63,5 +63,11 @@ struct Exponents {
   double n = 0, m = 0, d = 0;
 };
 Exponents theory_exponents(std::string_view schedule, double m_elements, double d);
+// Per regime, for the registry entries: standard attention (N^2), the FlashAttention family
+// (N^2 d^2 / M), memory-efficient square chunks, and Saha-Ye square tiling.
+Exponents standard_exponents(double m_elements, double d);
+Exponents flash_exponents(double m_elements, double d);
+Exponents memory_efficient_exponents(double m_elements, double d);
+Exponents square_tiling_exponents(double m_elements, double d);
 
 }  // namespace flashlab::sim

@@ -39,14 +39,16 @@ void add_write(Counters& c, TensorId id, Count elements, Count element_size, Cou
 
 // One head of one sequence, in the papers' letters, with the block-level view of the mask
 // (written here from the mask's definition, independently of HeadProblem::coverage).
-struct Head {
+}  // namespace
+
+struct ClosedFormHead {
   Count nq, nk, d, dv, e;  // e: element bytes of the dtype
   Count grad_kv_bytes;     // element bytes of the dK, dV a backward head writes (fp32 in a GQA group)
   bool adds_key_gradients; // GroupReduction::in_place: dK_j, dV_j added once into the group's accumulator
   Mask mask;
   const BlockSparsity* sparsity = nullptr;
 
-  Head(const Problem& p, int batch_index, bool grouped, GroupReduction reduction = GroupReduction::fp32_partials)
+  ClosedFormHead(const Problem& p, int batch_index, bool grouped, GroupReduction reduction = GroupReduction::fp32_partials)
       : nq(p.seqlen_q_of(batch_index)), nk(p.seqlen_k_of(batch_index)), d(p.head_dim), dv(p.value_dim()),
         e(element_bytes(p.dtype)), grad_kv_bytes(grouped ? kStatBytes : element_bytes(p.dtype)),
         adds_key_gradients(grouped && reduction == GroupReduction::in_place), mask(p.mask),
@@ -71,6 +73,10 @@ struct Head {
     return false;
   }
 };
+
+namespace {
+
+using Head = ClosedFormHead;
 
 // Calls f(begin, size) for each block of `block` rows of a length (the last one shorter).
 template <class F>
@@ -431,124 +437,18 @@ Counters group_accumulation(const Head& h, Count sram_bytes) {
   return c;
 }
 
-Counters closed_form_head(std::string_view schedule, const Head& h, const BlockSizes& b) {
-  if (schedule == "standard") return standard_head(h, b);
-  if (schedule == "fa1") return fa1_head(h, b, false);
-  if (schedule == "fa1_skip" || schedule == "block_sparse") return fa1_head(h, b, true);
-  if (schedule == "fa2") return fa2_head(h, b);
-  if (schedule == "fa1_backward") return fa1_backward_head(h, b);
-  if (schedule == "fa2_backward") return fa2_backward_head(h, b, false);
-  if (schedule == "fa2_backward_atomic") return fa2_backward_head(h, b, true);
-  if (schedule == "standard_backward") return standard_backward_head(h, b);
-  if (schedule == "split_kv") return split_kv_head(h, b, SplitKvPart::per_query_head);  // K, V: closed_form
-  if (schedule == "memory_efficient") return memory_efficient_head(h, b);
-  if (schedule == "square_tiling") return square_tiling_head(h, b);
-  throw std::invalid_argument("schedule '" + std::string(schedule) + "' is unknown; allowed: " + schedule_names());
-}
-
-// ---------------------------------------------------------------------------------------------
-// Working sets: every tile a schedule holds at its peak with full blocks r x c (r = min(Br, Nq),
-// c = min(Bc, Nk)); statistics fp32.
-Count working_set(std::string_view schedule, const Problem& p, const BlockSizes& b) {
-  const Count r = std::min<Count>(b.block_rows, p.seqlen_q), c = std::min<Count>(b.block_cols, p.seqlen_k);
-  const Count nk = p.seqlen_k, d = p.head_dim, dv = p.value_dim(), e = element_bytes(p.dtype), f = kStatBytes;
-  if (schedule == "standard") {
-    return std::max({e * (r * d + c * d + r * c),      // line 1: Q_i, K_j, S_ij
-                     c >= nk ? 2 * e * r * nk + 3 * f * r    // line 2, whole rows of S and P; m, l, LSE
-                             : 2 * e * r * c + 5 * f * r,   // or blocks S_ij, P_ij; m, l, m_new, rescale, rowsum
-                     e * (r * dv + r * c + c * dv)});  // line 3: O_i, P_ij, V_j
-  }
-  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse") {
-    // K_j, V_j; Q_i, S_ij, P~_ij, the product P~ V_j; O_i loaded from its fp32 accumulator;
-    // l, m, m~, l~, m_new, l_new, two rescale factors, LSE.
-    return e * (c * (d + dv) + r * d + 2 * r * c + r * dv) + f * r * dv + 9 * f * r;
-  }
-  if (schedule == "fa2" || schedule == "split_kv") {
-    // Q_i, O_i, K_j, V_j, S_ij, P_ij; m, l, m_new, rescale, rowsum(P) (FA2 Algorithm 1, lines 4-10).
-    // split_kv packs the g query heads of a KV head: g times Q_i, O_i, m, l beside one K_j, V_j
-    // and one head's S, P and update temporaries at a time.
-    const Count g = schedule == "split_kv" ? Count(p.group_size()) : Count(1);
-    Count bytes = e * (g * (r * d + r * dv) + c * d + c * dv + 2 * r * c) + 2 * f * g * r + 3 * f * r;
-    if (schedule == "split_kv") {  // phase 2, one row: chunk LSEs, partial outputs (fp32), P, O, statistics
-      const Count splits = b.num_splits > 0 ? b.num_splits : 4;
-      const Count chunks = ceil_div(nk, ceil_div(nk, splits));
-      bytes = std::max(bytes, f * chunks * (1 + dv) + e * (dv + chunks) + 5 * f);
-    }
-    return bytes;
-  }
-  if (schedule == "fa1_backward") {
-    // K_j, V_j, dK_j, dV_j; Q_i, O_i, dO_i; dQ_i (fp32); S, P, dP, dS; l, m, D.
-    return e * (2 * c * (d + dv) + r * d + 2 * r * dv + 4 * r * c) + f * r * d + 3 * f * r;
-  }
-  if (schedule == "fa2_backward" || schedule == "fa2_backward_atomic") {  // the atomic's dQ_i: its partial sum
-    // K_j, V_j, dK_j, dV_j; Q_i, dO_i; dQ_i (fp32); S, P, dP, dS; LSE, D.
-    return e * (2 * c * (d + dv) + r * d + r * dv + 4 * r * c) + f * r * d + 2 * f * r;
-  }
-  if (schedule == "standard_backward") {
-    return std::max({e * (c * dv + r * c + r * dv),  // line 1: dV_j, P_ij, dO_i
-                     e * (r * dv + c * dv + r * c),  // line 2: dO_i, V_j, dP_ij
-                     c >= nk ? 3 * e * r * nk + f * r  // line 3, whole rows of P, dP, dS; D
-                             : std::max(3 * e * r * c + f * r,         // or blocks P_ij, dP_ij, dS_ij; D
-                                        2 * e * r * c + 2 * f * r),    // (first pass: P_ij, dP_ij; D, its partial)
-                     e * (r * d + r * c + c * d)});  // lines 4 and 5: dQ_i, dS_ij, K_j
-  }
-  if (schedule == "memory_efficient") {
-    // Summaries: Q_i, K_j, V_j, S, P, values (r x dv); m, l. Combine: Q_i still held, O, values
-    // (fp32), m, l, m_j, l_j, weight.
-    return std::max(e * (r * d + c * (d + dv) + 2 * r * c + r * dv) + 2 * f * r,
-                    e * (r * d + r * dv) + f * r * dv + 5 * f * r);
-  }
-  if (schedule == "square_tiling") {  // square tiles: B rows, B keys, B-wide slices of d and dv
-    const Count t = std::min<Count>(b.block_rows, d), w = std::min<Count>(b.block_rows, dv);
-    const Count c = std::min<Count>(b.block_rows, nk);
-    return std::max({e * (r * c + r * t + c * t) + 2 * f * r,  // S_ij, Q_{i,t}, K_{j,t}; l, zeros
-                     2 * e * r * c + 3 * f * r,                // S_ij, A_ij; l, zeros, rowsum(A)
-                     e * (r * w + r * c + c * w)});            // O_ic, A_ij, V_{j,c}
-  }
-  throw std::invalid_argument("schedule '" + std::string(schedule) + "' is unknown; allowed: " + schedule_names());
-}
-
-// ---------------------------------------------------------------------------------------------
-// The cost model of one head (the run limits): tile steps of a shape-only run and the HBM
-// scratch a data run allocates, both upper bounds, from the same loops as the counts above.
-Count tile_steps(std::string_view schedule, const Head& h, const BlockSizes& b) {
-  if (schedule == "square_tiling") {  // every (i, j) tile once per slice of d and of dv
-    const Count B = b.block_rows;
-    return ceil_div(h.nq, B) * ceil_div(h.nk, B) * (ceil_div(h.d, B) + ceil_div(h.dv, B));
-  }
-  const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
-  Count steps = (Tr + 1) * (Tc + 1);  // the block pairs, and the passes over rows or keys alone
-  if (schedule == "split_kv") {       // chunks split key blocks; phase 2 goes row by row
-    const Count splits = b.num_splits > 0 ? b.num_splits : 4;
-    const Count chunks = ceil_div(h.nk, ceil_div(h.nk, splits));
-    steps = Tr * (Tc + chunks) + h.nq * chunks;
-  }
-  return steps;
-}
-
-// HBM tensors a schedule allocates beyond its inputs and outputs, in elements (host fp32).
-Count scratch_elements(std::string_view schedule, const Head& h, const BlockSizes& b) {
-  const Count scores = h.nq * h.nk;
-  if (schedule == "standard") return 2 * scores;                                    // S, P
-  if (schedule == "standard_backward") return 4 * scores;                           // P, S, dP, dS
-  if (schedule == "square_tiling") return scores;                                   // A
-  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse") return h.nq * (h.dv + 2);  // O, l, m
-  if (schedule == "fa1_backward") return h.nq * (h.d + h.dv + 4);                   // dQ; O, l, m
-  if (schedule == "fa2_backward" || schedule == "fa2_backward_atomic") return h.nq * (h.d + 1);  // dQ; D
-  if (schedule == "split_kv" || schedule == "memory_efficient") {                   // per-chunk summaries
-    const Count chunks = schedule == "split_kv" ? Count(b.num_splits > 0 ? b.num_splits : 4) : ceil_div(h.nk, b.block_cols);
-    return h.nq * chunks * (h.dv + 2);
-  }
-  return 0;
+Count split_kv_chunks(const BlockSizes& b, Count nk) {
+  const Count splits = b.num_splits > 0 ? b.num_splits : 4;
+  return ceil_div(nk, ceil_div(nk, splits));
 }
 
 // The largest tile side b in [1, cap] whose working set fits in M; make(b) builds the blocks.
 template <class Make>
-BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int64_t sram_bytes, std::int64_t cap, Make make) {
-  auto fits = [&](std::int64_t b) { return working_set(schedule, p, make(b)) <= sram_bytes; };
+BlockSizes largest_fitting(const ScheduleInfo& info, const Problem& p, std::int64_t sram_bytes, std::int64_t cap, Make make) {
+  auto fits = [&](std::int64_t b) { return info.working_set_bytes(p, make(b)) <= sram_bytes; };
   if (!fits(1)) {
     throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B is below the smallest working set of '" +
-                                std::string(schedule) + "' (" + std::to_string(working_set(schedule, p, make(1)).value()) +
+                                info.name + "' (" + std::to_string(info.working_set_bytes(p, make(1))) +
                                 " B with 1-row blocks); allowed: M >= that");
   }
   std::int64_t low = 1, high = std::max<std::int64_t>(1, cap);
@@ -559,14 +459,74 @@ BlockSizes largest_fitting(std::string_view schedule, const Problem& p, std::int
   return make(low);
 }
 
+int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, kMaxSequenceLength)); }
+
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The per-schedule oracle, reached through each schedule's registry entry (schedules.cpp).
+namespace oracle {
+
+Counters standard_counts(const ClosedFormHead& h, const BlockSizes& b) { return standard_head(h, b); }
+Counters fa1_counts(const ClosedFormHead& h, const BlockSizes& b) { return fa1_head(h, b, false); }
+Counters fa1_skipping_counts(const ClosedFormHead& h, const BlockSizes& b) { return fa1_head(h, b, true); }
+Counters fa2_counts(const ClosedFormHead& h, const BlockSizes& b) { return fa2_head(h, b); }
+Counters fa1_backward_counts(const ClosedFormHead& h, const BlockSizes& b) { return fa1_backward_head(h, b); }
+Counters fa2_backward_counts(const ClosedFormHead& h, const BlockSizes& b) { return fa2_backward_head(h, b, false); }
+Counters fa2_backward_atomic_counts(const ClosedFormHead& h, const BlockSizes& b) { return fa2_backward_head(h, b, true); }
+Counters standard_backward_counts(const ClosedFormHead& h, const BlockSizes& b) { return standard_backward_head(h, b); }
+Counters split_kv_counts(const ClosedFormHead& h, const BlockSizes& b) { return split_kv_head(h, b, SplitKvPart::per_query_head); }
+Counters split_kv_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, const PagedKvCache& cache) {
+  return split_kv_head(h, b, SplitKvPart::kv_per_kv_head, cache);
+}
+Counters memory_efficient_counts(const ClosedFormHead& h, const BlockSizes& b) { return memory_efficient_head(h, b); }
+Counters square_tiling_counts(const ClosedFormHead& h, const BlockSizes& b) { return square_tiling_head(h, b); }
+
+// The cost model of one head (the run limits): tile steps of a shape-only run and the HBM
+// scratch a data run allocates, both upper bounds, from the same loops as the counts above.
+std::int64_t block_pair_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
+  const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
+  return ((Tr + 1) * (Tc + 1)).value();  // the block pairs, and the passes over rows or keys alone
+}
+std::int64_t split_kv_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
+  // Chunks split key blocks; phase 2 goes row by row.
+  const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
+  const Count chunks = split_kv_chunks(b, h.nk);
+  return (Tr * (Tc + chunks) + h.nq * chunks).value();
+}
+std::int64_t square_tiling_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
+  // Every (i, j) tile once per slice of d and of dv.
+  const Count B = b.block_rows;
+  return (ceil_div(h.nq, B) * ceil_div(h.nk, B) * (ceil_div(h.d, B) + ceil_div(h.dv, B))).value();
+}
+
+// HBM tensors a schedule allocates beyond its inputs and outputs, in elements (host fp32).
+std::int64_t no_scratch(const ClosedFormHead&, const BlockSizes&) { return 0; }
+std::int64_t standard_scratch(const ClosedFormHead& h, const BlockSizes&) { return (2 * h.nq * h.nk).value(); }  // S, P
+std::int64_t standard_backward_scratch(const ClosedFormHead& h, const BlockSizes&) {
+  return (4 * h.nq * h.nk).value();  // P, S, dP, dS
+}
+std::int64_t square_tiling_scratch(const ClosedFormHead& h, const BlockSizes&) { return (h.nq * h.nk).value(); }  // A
+std::int64_t fa1_scratch(const ClosedFormHead& h, const BlockSizes&) { return (h.nq * (h.dv + 2)).value(); }  // O, l, m
+std::int64_t fa1_backward_scratch(const ClosedFormHead& h, const BlockSizes&) {
+  return (h.nq * (h.d + h.dv + 4)).value();  // dQ; O, l, m
+}
+std::int64_t fa2_backward_scratch(const ClosedFormHead& h, const BlockSizes&) { return (h.nq * (h.d + 1)).value(); }  // dQ; D
+std::int64_t split_kv_scratch(const ClosedFormHead& h, const BlockSizes& b) {  // per-chunk summaries
+  return (h.nq * Count(b.num_splits > 0 ? b.num_splits : 4) * (h.dv + 2)).value();
+}
+std::int64_t memory_efficient_scratch(const ClosedFormHead& h, const BlockSizes& b) {  // per-chunk summaries
+  return (h.nq * ceil_div(h.nk, b.block_cols) * (h.dv + 2)).value();
+}
+
+}  // namespace oracle
 
 Counters closed_form(std::string_view schedule, const Problem& problem, const BlockSizes& blocks, std::int64_t sram_bytes,
                      const PagedKvCache& kv_cache, GroupReduction group_reduction) {
   problem.validate();
   kv_cache.validate();
-  find_schedule(schedule);
-  const bool backward = find_schedule(schedule).pass == Pass::backward;
+  const ScheduleInfo& info = find_schedule(schedule);
+  const bool backward = info.pass == Pass::backward;
   const std::int64_t group = problem.group_size();
   // Every sequence of a dense batch counts the same: one stands for all, so the cost does not
   // grow with the batch.
@@ -575,10 +535,8 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
   Counters total;
   for (int b = 0; b < sequences; ++b) {
     const Head head(problem, b, backward && group > 1, group_reduction);
-    Counters sequence = scaled(closed_form_head(schedule, head, blocks), problem.heads_q);
-    if (schedule == "split_kv") {
-      sequence += scaled(split_kv_head(head, blocks, SplitKvPart::kv_per_kv_head, kv_cache), problem.heads_kv);
-    }
+    Counters sequence = scaled(info.head_counts(head, blocks), problem.heads_q);
+    if (info.kv_head_counts != nullptr) sequence += scaled(info.kv_head_counts(head, blocks, kv_cache), problem.heads_kv);
     if (backward && group > 1) {
       const Counters combine = group_reduction == GroupReduction::in_place ? group_accumulation(head, sram_bytes)
                                                                            : group_partials_sum(head, group, sram_bytes);
@@ -590,57 +548,27 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
 }
 
 std::int64_t tile_steps(std::string_view schedule, const Problem& problem, int batch_index, const BlockSizes& blocks) {
-  return tile_steps(schedule, Head(problem, batch_index, false), blocks).value();
+  return find_schedule(schedule).tile_steps(Head(problem, batch_index, false), blocks);
 }
 
 std::int64_t scratch_elements(std::string_view schedule, const Problem& problem, int batch_index, const BlockSizes& blocks) {
-  return scratch_elements(schedule, Head(problem, batch_index, false), blocks).value();
+  return find_schedule(schedule).scratch_elements(Head(problem, batch_index, false), blocks);
 }
 
 std::int64_t working_set_bytes(std::string_view schedule, const Problem& problem, const BlockSizes& blocks) {
-  return working_set(schedule, problem, blocks).value();
+  return find_schedule(schedule).working_set_bytes(problem, blocks);
 }
 
-bool has_paper_block_rule(std::string_view schedule) {
-  find_schedule(schedule);
-  return schedule != "standard" && schedule != "standard_backward" && schedule != "memory_efficient";
-}
+bool has_paper_block_rule(std::string_view schedule) { return find_schedule(schedule).has_paper_block_rule; }
 
 BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std::int64_t sram_bytes, BlockRule rule) {
-  const bool paper_rule = rule == BlockRule::paper && has_paper_block_rule(schedule);
+  const ScheduleInfo& info = find_schedule(schedule);
   if (sram_bytes < 1) throw std::invalid_argument("SRAM size M = " + std::to_string(sram_bytes) + " B; allowed: >= 1");
-  const std::int64_t m = sram_elements(sram_bytes, problem.dtype);
   const std::int64_t d = problem.head_dim;
-  const std::int64_t paper = ceil_div(std::max<std::int64_t>(m, 1), 4 * d).value();  // ceil(M / 4d)
-  const auto narrow = [](std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, kMaxSequenceLength)); };
-  // FA1 Algorithm 1, line 1: Bc = ceil(M / 4d), Br = min(Bc, d) (K/V blocks outer: the backward
-  // passes and block-sparse use it too).
-  const auto fa1_shape = [&](std::int64_t b) { return BlockSizes{narrow(std::min(b, d)), narrow(b)}; };
-  // FA2 swaps the loops, so the roles: Br = ceil(M / 4d), Bc = min(Br, d).
-  const auto fa2_shape = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(std::min(b, d)), 0}; };
-  const auto square = [&](std::int64_t b) { return BlockSizes{narrow(b), narrow(b)}; };
-  if (schedule == "fa1" || schedule == "fa1_skip" || schedule == "block_sparse" || schedule == "fa1_backward" ||
-      schedule == "fa2_backward" || schedule == "fa2_backward_atomic") {
-    if (paper_rule) return fa1_shape(paper);
-    return largest_fitting(schedule, problem, sram_bytes, paper, fa1_shape);
-  }
-  if (schedule == "fa2" || schedule == "split_kv") {
-    if (paper_rule) return fa2_shape(paper);
-    return largest_fitting(schedule, problem, sram_bytes, paper, fa2_shape);
-  }
-  // Standard attention: square blocks up to d (its traffic does not fall with larger ones).
-  if (schedule == "standard" || schedule == "standard_backward") {
-    return largest_fitting(schedule, problem, sram_bytes, std::min(paper, d), square);
-  }
-  // Rabe-Staats: square chunks as large as fit (the summaries' round trip falls with the key chunk).
-  if (schedule == "memory_efficient") return largest_fitting(schedule, problem, sram_bytes, m, square);
-  // Saha-Ye Algorithm 1: B = floor(sqrt(M / 4)).
-  if (schedule == "square_tiling") {
-    const auto side = static_cast<std::int64_t>(std::floor(std::sqrt(static_cast<double>(m) / 4.0)));
-    if (paper_rule) return square(std::max<std::int64_t>(side, 1));
-    return largest_fitting(schedule, problem, sram_bytes, side, square);
-  }
-  throw std::invalid_argument("schedule '" + std::string(schedule) + "' has no block-size rule");
+  const std::int64_t side = info.paper_block_side(sram_elements(sram_bytes, problem.dtype), d);
+  const auto make = [&](std::int64_t b) { return info.blocks_of_side(narrow(b), static_cast<int>(d)); };
+  if (rule == BlockRule::paper && info.has_paper_block_rule) return make(std::max<std::int64_t>(side, 1));
+  return largest_fitting(info, problem, sram_bytes, side, make);
 }
 
 }  // namespace flashlab::sim

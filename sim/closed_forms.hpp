@@ -56,4 +56,40 @@ BlockSizes derive_blocks(std::string_view schedule, const Problem& problem, std:
 // Whether the schedule has a paper rule that BlockRule::paper uses.
 bool has_paper_block_rule(std::string_view schedule);
 
+// The per-schedule pieces of the oracle above, named so that each registry entry
+// (schedules.cpp) points at its own: the counts of one query head (and, for a schedule that
+// shares K, V across a GQA group, of one KV head's K, V reads) and the cost model of the run
+// limits. The oracle is written apart from algorithms/: nothing here calls a schedule. (The
+// block-size rules and working sets are the schedules' own, beside them in algorithms/.)
+struct ClosedFormHead;  // one head of one sequence in the papers' letters (closed_forms.cpp)
+namespace oracle {
+Counters standard_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters fa1_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters fa1_skipping_counts(const ClosedFormHead& h, const BlockSizes& b);  // fa1_skip, block_sparse
+Counters fa2_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters fa1_backward_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters fa2_backward_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters fa2_backward_atomic_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters standard_backward_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters split_kv_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters split_kv_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, const PagedKvCache& cache);
+Counters memory_efficient_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters square_tiling_counts(const ClosedFormHead& h, const BlockSizes& b);
+
+std::int64_t block_pair_tile_steps(const ClosedFormHead& h, const BlockSizes& b);  // (Tr + 1)(Tc + 1)
+std::int64_t split_kv_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t square_tiling_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
+
+std::int64_t no_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t standard_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t standard_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t square_tiling_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t fa1_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t fa1_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t fa2_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t split_kv_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t memory_efficient_scratch(const ClosedFormHead& h, const BlockSizes& b);
+
+}  // namespace oracle
+
 }  // namespace flashlab::sim

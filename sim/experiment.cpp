@@ -45,11 +45,10 @@ ExperimentResult run_experiment(const Machine& machine, std::ostream& out, Block
   result.machine = machine;
   result.grid.dtype = machine.dtype;
   result.grid.block_rule = rule;
-  const int e = element_bytes(machine.dtype);
   const std::int64_t m_machine = machine.sram_bytes;
   // M from d^2 to N d elements at d = 128, N = 4096, in bytes of the machine's dtype.
   std::vector<std::int64_t> m_sweep;
-  for (std::int64_t m = std::int64_t{kHeadDim} * kHeadDim; m <= std::int64_t{kSeqlenM} * kHeadDim; m *= 2) m_sweep.push_back(m * e);
+  for (std::int64_t m = std::int64_t{kHeadDim} * kHeadDim; m <= std::int64_t{kSeqlenM} * kHeadDim; m *= 2) m_sweep.push_back(sram_bytes_of_elements(m, machine.dtype));
 
   std::vector<PointSpec> specs;
   for (const Series& s : kSeries) {
@@ -68,7 +67,7 @@ ExperimentResult run_experiment(const Machine& machine, std::ostream& out, Block
   std::vector<PointSpec> crossover_specs;
   for (std::int64_t m = d2 / 8; m <= 8 * d2; m *= 2) {
     for (const char* schedule : {"fa2", "square_tiling", "fa1"}) {
-      crossover_specs.push_back({schedule, "none", kCrossoverSeqlen, kHeadDim, m * e});
+      crossover_specs.push_back({schedule, "none", kCrossoverSeqlen, kHeadDim, sram_bytes_of_elements(m, machine.dtype)});
     }
   }
   // A machine's M can make the tiling degenerate (1 x 1 tiles): refused before any point runs.
@@ -85,7 +84,7 @@ ExperimentResult run_experiment(const Machine& machine, std::ostream& out, Block
   double last_win = 0, first_loss = 0;
   for (std::int64_t m = d2 / 8; m <= 8 * d2; m *= 2) {
     CrossoverRow row;
-    row.sram_bytes = m * e;
+    row.sram_bytes = sram_bytes_of_elements(m, machine.dtype);
     row.m_over_d2 = static_cast<double>(m) / static_cast<double>(d2);
     const SweepPoint fa2 = count_point(result.grid, "fa2", kCrossoverSeqlen, kHeadDim, row.sram_bytes, "none");
     const SweepPoint square = count_point(result.grid, "square_tiling", kCrossoverSeqlen, kHeadDim, row.sram_bytes, "none");

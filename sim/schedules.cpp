@@ -21,7 +21,9 @@
 #include "algorithms/limits.hpp"
 #include "algorithms/run_backward.hpp"
 #include "algorithms/run_schedule.hpp"
+#include "bounds.hpp"
 #include "closed_forms.hpp"
+#include "search.hpp"
 
 namespace flashlab::sim {
 
@@ -45,6 +47,17 @@ namespace {
 
 using HeadCall = ScheduleInfo::HeadCall;
 
+// The shapes of a tile side (the schedules' rules, algorithms/): FA1 line 1's, FA2's, square.
+BlockSizes fa1_blocks_of_side(int side, int head_dim) {
+  const BlockTiling t = fa1_tiling_of_side(side, head_dim);
+  return {t.block_rows, t.block_cols};
+}
+BlockSizes fa2_blocks_of_side(int side, int head_dim) {
+  const BlockTiling t = fa2_tiling_of_side(side, head_dim);
+  return {t.block_rows, t.block_cols};
+}
+BlockSizes square_blocks_of_side(int side, int) { return {side, side}; }
+
 // Builds an entry from a stateless generic lambda body(mem, call), instantiated for both models.
 template <class Body>
 ScheduleInfo entry(ScheduleInfo info, Body) {
@@ -60,53 +73,127 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA1 Algorithm 0",
                         .description = "standard attention: S and P written to and read from HBM",
                         .pass = Pass::forward,
-                        .tiled = false},
+                        .tiled = false,
+                        .paper_block_side = standard_attention_block_side,
+                        .blocks_of_side = square_blocks_of_side,
+                        .has_paper_block_rule = false,
+                        .head_counts = oracle::standard_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return standard_attention_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::standard_scratch,
+                        .bound_formula = "N d + N^2",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = standard_bound,
+                        .theory_exponents = standard_exponents,
+                        .pseudocode = standard_attention_pseudocode,
+                        .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         standard_attention(mem, call.head, StandardTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         standard_attention(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa1",
                         .source = "algorithms/03_fa1_forward.hpp",
                         .paper = "FA1 Algorithm 1",
                         .description = "FlashAttention forward: K/V blocks outer, O, l, m re-read and re-written in HBM",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa1_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = fa1_forward_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa1_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa1_skip",
                         .source = "algorithms/09_block_sparse.hpp",
                         .paper = "FA1 Algorithm 1, hidden blocks skipped (Algorithm 5's loop)",
                         .description = "FlashAttention forward skipping the blocks a causal or window mask hides, "
                                        "as the project's FA1 kernel does (fa1 masks them, as the paper writes it)",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_skipping_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa1_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = fa1_skipping_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_forward_skipping(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa1_forward_skipping(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa2",
                         .source = "algorithms/04_fa2_forward.hpp",
                         .paper = "FA2 Algorithm 1",
                         .description = "FlashAttention-2 forward: query blocks outer, O and (m, l) on chip",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa2_blocks_of_side,
+                        .head_counts = oracle::fa2_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa2_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::no_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = fa2_forward_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa2_forward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa2_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "standard_backward",
                         .source = "algorithms/05_standard_backward.hpp",
                         .paper = "FA1 Algorithm 3",
                         .description = "standard backward: P read from HBM, dP and dS written to and read from HBM",
                         .pass = Pass::backward,
-                        .tiled = false},
+                        .tiled = false,
+                        .paper_block_side = standard_attention_block_side,
+                        .blocks_of_side = square_blocks_of_side,
+                        .has_paper_block_rule = false,
+                        .head_counts = oracle::standard_backward_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return standard_backward_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::standard_backward_scratch,
+                        .bound_formula = "N d + N^2",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = standard_bound,
+                        .theory_exponents = standard_exponents,
+                        .pseudocode = standard_backward_pseudocode,
+                        .accumulator_elements = standard_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          // The residual pass (P as Algorithm 0 left it) is counted apart, not here.
                          standard_backward_from_lse(mem, call.head,
-                                                    StandardBackwardTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                                                    BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa1_backward",
                         .source = "algorithms/06_fa1_backward.hpp",
                         .paper = "FA1 Algorithm 4",
                         .description = "FlashAttention backward: K/V blocks outer, P recomputed, dQ read-modify-write",
-                        .pass = Pass::backward},
+                        .pass = Pass::backward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_backward_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa1_backward_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = fa1_backward_pseudocode,
+                        .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_backward_from_lse(mem, call.head, Fa1BackwardTiling{call.blocks.block_rows, call.blocks.block_cols},
+                         fa1_backward_from_lse(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols},
                                                call.x);
                        }));
   list.push_back(entry({.name = "fa2_backward",
@@ -114,18 +201,42 @@ std::vector<ScheduleInfo> make_registry() {
                         .paper = "FA2 Algorithm 2",
                         .description = "FlashAttention-2 backward: D precomputed, masked blocks skipped, P from LSE, "
                                        "dQ read-modify-write in HBM as the paper writes it",
-                        .pass = Pass::backward},
+                        .pass = Pass::backward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::fa2_backward_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa2_backward_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa2_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = fa2_backward_pseudocode,
+                        .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "fa2_backward_atomic",
                         .source = "algorithms/07_fa2_backward.hpp",
                         .paper = "FA2 Algorithm 2, line 15 with atomic adds",
                         .description = "FlashAttention-2 backward, dQ added with atomics at L2 (never read), "
                                        "as the project's FA2 kernel does (fa2_backward: read-modify-write in HBM)",
-                        .pass = Pass::backward},
+                        .pass = Pass::backward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::fa2_backward_atomic_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa2_backward_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa2_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = fa2_backward_atomic_pseudocode,
+                        .accumulator_elements = backward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa2_backward(mem, call.head, Fa2Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
+                         fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
                                       DqUpdate::atomic);
                        }));
   list.push_back(entry({.name = "split_kv",
@@ -134,7 +245,21 @@ std::vector<ScheduleInfo> make_registry() {
                         .description = "split-KV decoding: partial O and LSE per KV chunk, then the log-sum-exp combine; "
                                        "GQA/MQA heads packed (K, V read once per KV head)",
                         .pass = Pass::decode,
-                        .shares_kv_in_group = true},
+                        .shares_kv_in_group = true,
+                        .key_block_count_decides = false,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa2_blocks_of_side,
+                        .head_counts = oracle::split_kv_counts,
+                        .kv_head_counts = oracle::split_kv_kv_head_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return split_kv_working_set_bytes(p, b.block_rows, b.block_cols, b.num_splits); },
+                        .tile_steps = oracle::split_kv_tile_steps,
+                        .scratch_elements = oracle::split_kv_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = split_kv_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          SplitKvTiling tiling;
                          tiling.block_rows = call.blocks.block_rows;
@@ -146,24 +271,62 @@ std::vector<ScheduleInfo> make_registry() {
                         .source = "algorithms/09_block_sparse.hpp",
                         .paper = "FA1 Algorithm 5",
                         .description = "block-sparse FlashAttention: only blocks with a visible score are loaded and computed",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::fa1_skipping_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return fa1_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::fa1_scratch,
+                        .bound_formula = "N d + N^2 d^2 s / M",
+                        .bound_source = "FA1 Proposition 4",
+                        .bound = block_sparse_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = block_sparse_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
-                         fa1_block_sparse_forward(mem, call.head, Fa1Tiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                         fa1_block_sparse_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "memory_efficient",
                         .source = "algorithms/10_memory_efficient.hpp",
                         .paper = "Rabe and Staats 2021",
                         .description = "memory-efficient attention: chunk summaries written to HBM, combined per query chunk",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .paper_block_side = memory_efficient_block_side,
+                        .blocks_of_side = square_blocks_of_side,
+                        .has_paper_block_rule = false,
+                        .head_counts = oracle::memory_efficient_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return memory_efficient_working_set_bytes(p, b.block_rows, b.block_cols); },
+                        .tile_steps = oracle::block_pair_tile_steps,
+                        .scratch_elements = oracle::memory_efficient_scratch,
+                        .bound_formula = "N^2 d / min(sqrt(M), M / d)",
+                        .bound_source = "square chunks (this simulator)",
+                        .bound = memory_efficient_bound,
+                        .theory_exponents = memory_efficient_exponents,
+                        .pseudocode = memory_efficient_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          memory_efficient_attention(mem, call.head,
-                                                    MemoryEfficientTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
+                                                    BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
   list.push_back(entry({.name = "square_tiling",
                         .source = "algorithms/11_square_tiling.hpp",
                         .paper = "Saha and Ye 2024, Algorithm 1",
                         .description = "square tiling for small SRAM: A = exp(QK^T) in HBM, then A V by B x B tiles",
-                        .pass = Pass::forward},
+                        .pass = Pass::forward,
+                        .one_sided = true,
+                        .paper_block_side = [](std::int64_t m, std::int64_t) { return SquareTiling::side_of(m); },
+                        .blocks_of_side = square_blocks_of_side,
+                        .head_counts = oracle::square_tiling_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return square_tiling_working_set_bytes(p, b.block_rows); },
+                        .tile_steps = oracle::square_tiling_tile_steps,
+                        .scratch_elements = oracle::square_tiling_scratch,
+                        .bound_formula = "N^2 d / sqrt(M) + N^2",
+                        .bound_source = "Saha and Ye, Algorithm 1",
+                        .bound = square_tiling_bound,
+                        .theory_exponents = square_tiling_exponents,
+                        .pseudocode = square_tiling_pseudocode,
+                        .accumulator_elements = square_tiling_accumulator_elements},
                        [](auto& mem, const HeadCall& call) {
                          square_tiling_attention(mem, call.head, SquareTiling{call.blocks.block_rows}, call.x);
                        }));
@@ -196,7 +359,7 @@ Counters run_one_head(const ScheduleInfo& info, const HeadProblem& head, const B
 // counted.
 void prepare_forward_outputs(const Problem& problem, AttentionTensors& tensors) {
   run_per_head<DataMemory>(problem, tensors, 0, [](DataMemory& mem, const HeadProblem& head, const HeadTensors& x) {
-    fa2_forward(mem, head, Fa2Tiling{64, 64}, x);
+    fa2_forward(mem, head, BlockTiling{64, 64}, x);
   });
 }
 
@@ -376,7 +539,6 @@ template <class Memory>
 Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOptions& options, const BlockSizes& blocks,
                   AttentionTensors* tensors, int b, int first_head, int heads, std::int64_t& heads_run) {
   const bool backward = info.pass == Pass::backward;
-  const bool grouped = backward && heads > 1;
   auto views = [&](int h) {
     if constexpr (Memory::with_data) return head_tensors(*tensors, problem, b, h);
     return shape_only_head_tensors(problem, b);  // run_backward.hpp: shapes, no data
@@ -391,53 +553,19 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
     heads_run += heads;
     return run_heads<Memory>(info, group_heads, blocks, group_x, problem, options);
   }
-  Counters total;
-  HbmScratch group_buffers(Memory::with_data);
-  if (grouped && options.group_reduction == GroupReduction::in_place) {
-    // One fp32 dK, dV per KV head: zeroed, added into by every head, converted once (run_backward.hpp).
-    const HeadTensors outputs = views(first_head + heads - 1);
-    const HbmMatrix dK = fp32_gradient_accumulator(group_buffers, outputs.dK);
-    const HbmMatrix dV = fp32_gradient_accumulator(group_buffers, outputs.dV);
-    const int dk_rows = group_reduction_block_rows(options.sram_bytes, dK.cols);
-    const int dv_rows = group_reduction_block_rows(options.sram_bytes, dV.cols);
-    {
-      Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-      zero_gradient(mem, dK, dk_rows);
-      zero_gradient(mem, dV, dv_rows);
-      total += mem.counters();
-    }
-    for (int h = first_head; h < first_head + heads; ++h) {
-      HeadTensors x = views(h);
-      x.dK = dK, x.dV = dV, x.add_key_gradients = true;
-      total += run_one_head<Memory>(info, head_problem(problem, b, h), blocks, x, problem, options);
-      ++heads_run;
-    }
+  // One head or a KV group's heads one by one, dK and dV routed by the one group runner
+  // (algorithms/run_backward.hpp: run_head_group).
+  const auto with_memory = [&](auto&& f) {
     Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-    convert_gradient(mem, dK, outputs.dK, dk_rows);
-    convert_gradient(mem, dV, outputs.dV, dv_rows);
-    total += mem.counters();
-    return total;
-  }
-  std::vector<HbmMatrix> dk_parts, dv_parts;
-  for (int h = first_head; h < first_head + heads; ++h) {
-    HeadTensors x = views(h);
-    if (grouped) {
-      x.dK = group_buffers.matrix(TensorId::dK, DType::fp32, x.K.rows, x.K.cols);
-      x.dV = group_buffers.matrix(TensorId::dV, DType::fp32, x.V.rows, x.V.cols);
-      dk_parts.push_back(x.dK);
-      dv_parts.push_back(x.dV);
-    }
-    total += run_one_head<Memory>(info, head_problem(problem, b, h), blocks, x, problem, options);
+    f(mem);
+    return mem.counters();
+  };
+  const auto run_head = [&](const HeadProblem& head, const HeadTensors& x) {
     ++heads_run;
-  }
-  if (grouped) {  // the GQA/MQA reduction of dK and dV (run_backward.hpp)
-    const HeadTensors last = views(first_head + heads - 1);
-    Memory mem(MemoryConfig{problem.dtype, options.sram_bytes}, options.trace);
-    sum_group_gradients(mem, dk_parts, last.dK, group_reduction_block_rows(options.sram_bytes, last.dK.cols));
-    sum_group_gradients(mem, dv_parts, last.dV, group_reduction_block_rows(options.sram_bytes, last.dV.cols));
-    total += mem.counters();
-  }
-  return total;
+    return run_one_head<Memory>(info, head, blocks, x, problem, options);
+  };
+  return run_head_group<Memory>(problem, b, first_head, heads, backward, options.group_reduction, options.sram_bytes, views,
+                                run_head, with_memory);
 }
 
 RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& given_options,

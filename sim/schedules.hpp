@@ -44,11 +44,16 @@
 
 #include "algorithms/paged_kv_cache.hpp"
 #include "algorithms/problem.hpp"
+#include "algorithms/pseudocode.hpp"
 #include "algorithms/run_backward.hpp"
 #include "algorithms/tensors.hpp"
 #include "algorithms/tile_memory.hpp"
 
 namespace flashlab::sim {
+
+struct ClosedFormHead;  // closed_forms.hpp
+struct BoundInputs;     // bounds.hpp
+struct Exponents;       // bounds.hpp
 
 enum class MemoryKind { data, shape };
 const char* to_string(MemoryKind kind);
@@ -111,6 +116,37 @@ struct ScheduleInfo {
   // GQA/MQA: the query heads of one KV head run as one unit that reads K and V once (packed
   // query heads, as decoding kernels do): split_kv. The others read K, V once per query head.
   bool shares_kv_in_group = false;
+  // One block side B = Br = Bc (square tiling, which also slices d and dv by B); the others two.
+  bool one_sided = false;
+  // Without a mask, the counts depend on Bc only through ceil(N_k / Bc) (search.hpp); false when
+  // key blocks restart at every KV chunk (split_kv).
+  bool key_block_count_decides = true;
+
+  // The schedule's module: every pointer is set by its registry entry (schedules.cpp), and the
+  // public functions of closed_forms.hpp, bounds.hpp and search.hpp look them up by name.
+  // Block sizes from M (closed_forms.hpp: derive_blocks), the schedule's own rule from its file in
+  // algorithms/: the paper's tile side for M elements (the fitting rule's largest side), and the
+  // blocks of a side; and its working set there.
+  std::int64_t (*paper_block_side)(std::int64_t m_elements, std::int64_t head_dim) = nullptr;
+  BlockSizes (*blocks_of_side)(int side, int head_dim) = nullptr;
+  bool has_paper_block_rule = true;  // false: BlockRule::paper uses the fitting rule
+  // The oracle (closed_forms.hpp, namespace oracle): the counts of one query head; for
+  // shares_kv_in_group, also those of one KV head (its K, V reads; null otherwise).
+  Counters (*head_counts)(const ClosedFormHead&, const BlockSizes&) = nullptr;
+  Counters (*kv_head_counts)(const ClosedFormHead&, const BlockSizes&, const PagedKvCache&) = nullptr;
+  std::int64_t (*working_set_bytes)(const Problem&, const BlockSizes&) = nullptr;
+  std::int64_t (*tile_steps)(const ClosedFormHead&, const BlockSizes&) = nullptr;
+  std::int64_t (*scratch_elements)(const ClosedFormHead&, const BlockSizes&) = nullptr;
+  // The upper bound (bounds.hpp): its formula, where it is proved, its value, and the exponents
+  // of N, M, d it predicts in the regime of M elements.
+  const char* bound_formula = "";
+  const char* bound_source = "";
+  double (*bound)(const BoundInputs&) = nullptr;
+  Exponents (*theory_exponents)(double m_elements, double head_dim) = nullptr;
+  // Its pseudocode (algorithms/pseudocode.hpp), from its file in algorithms/; the visualizer renders it.
+  const Pseudocode& (*pseudocode)() = nullptr;
+  // The accumulators a tile holds at once (search.hpp: accumulator_elements), for the register budget.
+  std::int64_t (*accumulator_elements)(const Problem&, const BlockSizes&) = nullptr;
 
   // Internal: the schedule for one head, per memory model (set by the registry).
   struct HeadCall;

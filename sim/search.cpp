@@ -26,8 +26,8 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// square_tiling has one side B (Br = Bc = B); every other schedule two.
-bool one_sided(const std::string& schedule) { return schedule == "square_tiling"; }
+// One side B (Br = Bc = B: square tiling), or two.
+bool one_sided(const std::string& schedule) { return find_schedule(schedule).one_sided; }
 
 // Closed forms depend on a block size only through its block count (see search.hpp) when no
 // mask, sparsity pattern or varlen batch makes blocks differ.
@@ -148,7 +148,7 @@ std::vector<BlockSizes> candidates_of(const std::string& schedule, const Problem
     const auto key = [&](int b) {
       return std::array<std::int64_t, 4>{ceil_div(nq, b), ceil_div(nk, b), ceil_div(d, b), ceil_div(dv, b)};
     };
-    for (int b : block_values(std::max(nq, nk), c.multiple_of, side, reduce && schedule != "split_kv", key)) {
+    for (int b : block_values(std::max(nq, nk), c.multiple_of, side, reduce && find_schedule(schedule).key_block_count_decides, key)) {
       const BlockSizes blocks{b, b, c.num_splits};
       if (!fits(blocks)) break;
       out.push_back(blocks);
@@ -160,9 +160,10 @@ std::vector<BlockSizes> candidates_of(const std::string& schedule, const Problem
   const int col_cap = largest_fitting(cover(nk, c.max_cols), [&](int col) { return BlockSizes{first, col, c.num_splits}; });
   if (row_cap == 0 || col_cap == 0) return out;
   const std::vector<int> rows = block_values(nq, c.multiple_of, row_cap, reduce, [&](int b) { return ceil_div(nq, b); });
-  // split_kv's key blocks restart at every chunk: their counts are not ceil(N_k / Bc).
+  // A schedule whose key blocks restart at every chunk (split_kv) counts more than ceil(N_k / Bc).
+  const bool by_count = find_schedule(schedule).key_block_count_decides;
   const std::vector<int> cols =
-      block_values(nk, c.multiple_of, col_cap, reduce && schedule != "split_kv", [&](int b) { return ceil_div(nk, b); });
+      block_values(nk, c.multiple_of, col_cap, reduce && by_count, [&](int b) { return ceil_div(nk, b); });
   for (int r : rows) {
     if (!fits({r, cols.front(), c.num_splits})) break;
     for (int col : cols) {
@@ -330,14 +331,25 @@ SearchObjective search_objective_from_string(const std::string& name) {
   throw std::invalid_argument("objective '" + name + "' is unknown; allowed: hbm, time");
 }
 
-std::int64_t accumulator_elements(const std::string& schedule, const Problem& problem, const BlockSizes& blocks) {
+std::int64_t standard_accumulator_elements(const Problem& problem, const BlockSizes& blocks) {
   const std::int64_t r = std::min(blocks.block_rows, problem.seqlen_q), c = std::min(blocks.block_cols, problem.seqlen_k);
-  const std::int64_t d = problem.head_dim, dv = problem.value_dim();
-  const Pass pass = find_schedule(schedule).pass;
-  if (schedule == "standard" || schedule == "standard_backward") return r * c;  // S_ij (its O, dK, dV are whole products)
-  if (schedule == "square_tiling") return r * std::min<std::int64_t>(blocks.block_rows, problem.seqlen_k) + r * std::min<std::int64_t>(blocks.block_rows, dv);
-  if (pass == Pass::backward) return r * c + c * (d + dv);  // S_ij; dK_j, dV_j (FA2 Algorithm 2, lines 7-8)
-  return r * c + r * dv;                                    // S_ij; O_i (FA2 Algorithm 1, lines 4-10)
+  return r * c;  // S_ij (its O, dK, dV are whole products)
+}
+std::int64_t square_tiling_accumulator_elements(const Problem& problem, const BlockSizes& blocks) {
+  const std::int64_t r = std::min(blocks.block_rows, problem.seqlen_q);
+  return r * std::min<std::int64_t>(blocks.block_rows, problem.seqlen_k) + r * std::min<std::int64_t>(blocks.block_rows, problem.value_dim());
+}
+std::int64_t backward_accumulator_elements(const Problem& problem, const BlockSizes& blocks) {
+  const std::int64_t r = std::min(blocks.block_rows, problem.seqlen_q), c = std::min(blocks.block_cols, problem.seqlen_k);
+  return r * c + c * (problem.head_dim + problem.value_dim());  // S_ij; dK_j, dV_j (FA2 Algorithm 2, lines 7-8)
+}
+std::int64_t forward_accumulator_elements(const Problem& problem, const BlockSizes& blocks) {
+  const std::int64_t r = std::min(blocks.block_rows, problem.seqlen_q), c = std::min(blocks.block_cols, problem.seqlen_k);
+  return r * c + r * problem.value_dim();  // S_ij; O_i (FA2 Algorithm 1, lines 4-10)
+}
+
+std::int64_t accumulator_elements(const std::string& schedule, const Problem& problem, const BlockSizes& blocks) {
+  return find_schedule(schedule).accumulator_elements(problem, blocks);
 }
 
 SearchResult search_tilings(const Problem& problem, const SearchOptions& options) {

@@ -126,6 +126,12 @@ struct SearchResult {
 // passes; S_ij: standard attention; square tiling: S_ij and O_ic), with r = min(Br, Nq),
 // c = min(Bc, Nk).
 std::int64_t accumulator_elements(const std::string& schedule, const Problem& problem, const BlockSizes& blocks);
+// Per schedule kind, for the registry entries: standard attention (S_ij), square tiling (S_ij and
+// a B-wide slice of O), the tiled backward passes (S_ij; dK_j, dV_j), the tiled forward ones (S_ij; O_i).
+std::int64_t standard_accumulator_elements(const Problem& problem, const BlockSizes& blocks);
+std::int64_t square_tiling_accumulator_elements(const Problem& problem, const BlockSizes& blocks);
+std::int64_t backward_accumulator_elements(const Problem& problem, const BlockSizes& blocks);
+std::int64_t forward_accumulator_elements(const Problem& problem, const BlockSizes& blocks);
 
 // Throws std::invalid_argument naming the input and the allowed range: an unknown schedule,
 // schedules of different passes, constraints out of range, the time objective without a machine,

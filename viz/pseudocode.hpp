@@ -1,25 +1,18 @@
-// The pseudocode the visualizer shows next to each schedule, numbered as in the paper the
-// schedule cites, so the line a schedule marks (TileMemory::mark_line) is the line highlighted.
+// The pseudocode the visualizer shows next to each schedule: each schedule's own, written beside
+// it in algorithms/ (algorithms/pseudocode.hpp) and reached through its registry entry, so the
+// line a schedule marks (TileMemory::mark_line) is the line highlighted.
 #pragma once
 
-#include <string>
 #include <string_view>
-#include <vector>
+
+#include "algorithms/pseudocode.hpp"
 
 namespace flashlab::viz {
 
-struct PseudocodeLine {
-  int number = 0;    // the paper's line number; 0: a heading without a number
-  std::string text;
-};
+using flashlab::Pseudocode;
+using flashlab::PseudocodeLine;
 
-struct Pseudocode {
-  std::string title;  // "FlashAttention-2 forward (FA2 Algorithm 1)"
-  std::vector<PseudocodeLine> lines;
-  bool has_line(int number) const;
-};
-
-// The pseudocode of a registry schedule, or nullptr when none is written for it.
+// The pseudocode of a registry schedule, or nullptr for a name the registry does not hold.
 const Pseudocode* find_pseudocode(std::string_view schedule);
 
 }  // namespace flashlab::viz

@@ -39,11 +39,11 @@ Counters run(Schedule schedule, const Problem& problem, AttentionTensors* tensor
              std::int64_t sram_bytes = 0) {
   switch (schedule) {
     case Schedule::standard:
-      return run_standard_backward<Memory>(problem, tensors, sram_bytes, StandardBackwardTiling{blocks.rows, blocks.cols});
+      return run_standard_backward<Memory>(problem, tensors, sram_bytes, BlockTiling{blocks.rows, blocks.cols});
     case Schedule::fa1:
-      return run_fa1_backward<Memory>(problem, tensors, sram_bytes, Fa1BackwardTiling{blocks.rows, blocks.cols});
+      return run_fa1_backward<Memory>(problem, tensors, sram_bytes, BlockTiling{blocks.rows, blocks.cols});
     case Schedule::fa2:
-      return run_fa2_backward<Memory>(problem, tensors, sram_bytes, Fa2Tiling{blocks.rows, blocks.cols});
+      return run_fa2_backward<Memory>(problem, tensors, sram_bytes, BlockTiling{blocks.rows, blocks.cols});
   }
   return {};
 }
@@ -53,7 +53,7 @@ Counters run(Schedule schedule, const Problem& problem, AttentionTensors* tensor
 inline AttentionTensors forward_inputs(const Problem& problem, std::uint64_t seed) {
   AttentionTensors tensors = reference::random_inputs(problem, seed, /*with_backward=*/true);
   run_per_head(problem, tensors, 0, [](auto& mem, const HeadProblem& head, const HeadTensors& x) {
-    fa2_forward(mem, head, Fa2Tiling{64, 64}, x);
+    fa2_forward(mem, head, BlockTiling{64, 64}, x);
   });
   return tensors;
 }

@@ -49,13 +49,13 @@ void run_forward_head(ForwardSchedule schedule, Memory& mem, const HeadProblem& 
                       const HeadTensors& x, const ForwardBlocks& blocks) {
   switch (schedule) {
     case ForwardSchedule::standard:
-      standard_attention(mem, head, StandardTiling{blocks.rows, blocks.cols}, x);
+      standard_attention(mem, head, BlockTiling{blocks.rows, blocks.cols}, x);
       break;
     case ForwardSchedule::fa1:
-      fa1_forward(mem, head, Fa1Tiling{blocks.rows, blocks.cols}, x);
+      fa1_forward(mem, head, BlockTiling{blocks.rows, blocks.cols}, x);
       break;
     case ForwardSchedule::fa2:
-      fa2_forward(mem, head, Fa2Tiling{blocks.rows, blocks.cols}, x);
+      fa2_forward(mem, head, BlockTiling{blocks.rows, blocks.cols}, x);
       break;
     case ForwardSchedule::split_kv:
       split_kv_forward(
@@ -63,7 +63,7 @@ void run_forward_head(ForwardSchedule schedule, Memory& mem, const HeadProblem& 
           SplitKvTiling{blocks.rows, blocks.cols, blocks.num_splits, blocks.split_length}, x);
       break;
     case ForwardSchedule::block_sparse:
-      fa1_block_sparse_forward(mem, head, Fa1Tiling{blocks.rows, blocks.cols}, x);
+      fa1_block_sparse_forward(mem, head, BlockTiling{blocks.rows, blocks.cols}, x);
       break;
   }
 }

@@ -229,7 +229,7 @@ TEST_CASE("FA2 backward moves K, V once and Q, dO once per key block", "[backwar
   problem.batch = 1;
   problem.heads_q = 1;
   problem.head_dim_v = 8;
-  const Fa2Tiling tiling{32, 32};
+  const BlockTiling tiling{32, 32};
   const std::int64_t Tc = 3, Nq = 100, Nk = 70, d = 16, dv = 8;
   const Counters c = run_fa2_backward<ShapeMemory>(problem, nullptr, 0, tiling);
   CHECK(c[TensorId::K].hbm_read_elements == Nk * d);
@@ -254,7 +254,7 @@ TEST_CASE("FA1 backward moves Q, O, dO, dQ, l, m once per key block (Algorithm 4
   problem.heads_q = 1;
   problem.head_dim_v = 8;
   const std::int64_t Tc = 3, Nq = 100, Nk = 70, d = 16, dv = 8;
-  const Counters c = run_fa1_backward<ShapeMemory>(problem, nullptr, 0, Fa1BackwardTiling{32, 32});
+  const Counters c = run_fa1_backward<ShapeMemory>(problem, nullptr, 0, BlockTiling{32, 32});
   CHECK(c[TensorId::K].hbm_read_elements == Nk * d);  // line 7
   CHECK(c[TensorId::V].hbm_read_elements == Nk * dv);
   CHECK(c[TensorId::Q].hbm_read_elements == Tc * Nq * d);  // line 10
@@ -276,7 +276,7 @@ TEST_CASE("Standard backward moves P, dP and dS through HBM (Algorithm 3)", "[ba
   problem.heads_q = 1;
   problem.head_dim_v = 8;
   const std::int64_t Tr = 4, Tc = 3, Nq = 100, Nk = 70, d = 16, dv = 8;
-  const Counters c = run_standard_backward<ShapeMemory>(problem, nullptr, 0, StandardBackwardTiling{32, 32});
+  const Counters c = run_standard_backward<ShapeMemory>(problem, nullptr, 0, BlockTiling{32, 32});
   // Line 3 by blocks (Bc = 32 < Nk = 70): P and dP read once for D_i, once more for dS_ij.
   CHECK(c[TensorId::P].hbm_read_elements == 3 * Nq * Nk);  // line 1, line 3 twice
   CHECK(c[TensorId::P].hbm_write_elements == 0);           // written by the forward pass
@@ -293,7 +293,7 @@ TEST_CASE("Standard backward moves P, dP and dS through HBM (Algorithm 3)", "[ba
   CHECK(c[TensorId::dV].hbm_write_elements == Nk * dv);
   CHECK(c.matmul_flops == 2 * Nq * Nk * (2 * d + 2 * dv));  // no S = Q K^T: P is read
   // One key block per row (Bc = 70 = Nk): line 3 reads whole rows of P and dP once.
-  const Counters whole_rows = run_standard_backward<ShapeMemory>(problem, nullptr, 0, StandardBackwardTiling{32, 70});
+  const Counters whole_rows = run_standard_backward<ShapeMemory>(problem, nullptr, 0, BlockTiling{32, 70});
   CHECK(whole_rows[TensorId::P].hbm_read_elements == 2 * Nq * Nk);  // lines 1 and 3
   CHECK(whole_rows[TensorId::dP].hbm_read_elements == Nq * Nk);     // line 3
   CHECK(whole_rows[TensorId::dS].hbm_write_elements == Nq * Nk);
@@ -319,11 +319,11 @@ TEST_CASE("Backward schedules reject bad block sizes and overflow a too small SR
 }
 
 TEST_CASE("FA1 backward with the paper's block sizes from M", "[backward]") {
-  // Fa1Tiling::paper_rule: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements.
+  // fa1_paper_tiling: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements.
   Problem problem = base_problem(113, 203, 40);
   problem.mask.causal = true;
   const std::int64_t sram_bytes = 16 * 1024;  // 4096 fp32 elements: Bc = ceil(4096 / 160) = 26, Br = 26
-  const Fa1BackwardTiling tiling = Fa1BackwardTiling::paper_rule(sram_bytes, problem.head_dim, problem.dtype);
+  const BlockTiling tiling = fa1_paper_tiling(sram_bytes, problem.head_dim, problem.dtype);
   CHECK(tiling.block_cols == 26);
   CHECK(tiling.block_rows == 26);
   check_against_oracle(Schedule::fa1, problem, {tiling.block_rows, tiling.block_cols});
@@ -346,7 +346,7 @@ TEST_CASE("FA1 backward on the l and m that the FA1 forward leaves in HBM", "[ba
   problem.mask.causal = true;  // (50, 20): queries 0..29 see no key, l = 0 and m = -inf there
   problem.softcap = 6.0f;
   problem.dropout = {0.1f, reference::fresh_seed(), 4};
-  const Fa1Tiling tiling{24, 40};
+  const BlockTiling tiling{24, 40};
   const auto seed = reference::fresh_seed();
   AttentionTensors tensors = reference::random_inputs(problem, seed, /*with_backward=*/true);
   run_backward<DataMemory>(problem, &tensors, 0, [&](DataMemory& mem, const HeadProblem& head, const HeadTensors& x) {
@@ -401,15 +401,15 @@ TEST_CASE("Backward schedules mark their algorithm's lines in the paper's order"
   DataMemory mem(MemoryConfig{problem.dtype, 0}, &recorder);
   std::vector<int> expected;
   SECTION("05 standard backward, FA1 Algorithm 3") {
-    standard_backward_from_lse(mem, head, StandardBackwardTiling{32, 32}, x);
+    standard_backward_from_lse(mem, head, BlockTiling{32, 32}, x);
     expected = {1, 2, 3, 4, 5};
   }
   SECTION("06 FA1 backward, FA1 Algorithm 4") {
-    fa1_backward_from_lse(mem, head, Fa1BackwardTiling{32, 32}, x);
+    fa1_backward_from_lse(mem, head, BlockTiling{32, 32}, x);
     expected = {1, 5, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 24, 26};
   }
   SECTION("07 FA2 backward, FA2 Algorithm 2") {
-    fa2_backward(mem, head, Fa2Tiling{32, 32}, x);
+    fa2_backward(mem, head, BlockTiling{32, 32}, x);
     expected = {3, 4, 6, 7, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20};
   }
   CHECK(recorder.first_seen == expected);

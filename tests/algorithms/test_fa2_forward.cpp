@@ -7,7 +7,7 @@ using namespace flashlab;
 
 namespace {
 
-void check_fa2_against_oracle(const Problem& problem, Fa2Tiling tiling) {
+void check_fa2_against_oracle(const Problem& problem, BlockTiling tiling) {
   const auto seed = reference::fresh_seed();
   AttentionTensors tensors = reference::random_inputs(problem, seed, false);
   run_per_head(problem, tensors, 0, [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {

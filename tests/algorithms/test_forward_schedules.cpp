@@ -480,27 +480,27 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
   using flashlab::testing::contains_text;
   SECTION("the paper's rule: Bc = ceil(M / 4d), Br = min(ceil(M / 4d), d), M in elements") {
     // M = 100 KiB of fp32 = 25600 elements, d = 64: M / 4d = 100.
-    const Fa1Tiling a = Fa1Tiling::paper_rule(100 * 1024, 64, DType::fp32);
+    const BlockTiling a = fa1_paper_tiling(100 * 1024, 64, DType::fp32);
     CHECK(a.block_cols == 100);
     CHECK(a.block_rows == 64);
     // bf16: 51200 elements, d = 128: M / 4d = 100.
-    const Fa1Tiling b = Fa1Tiling::paper_rule(100 * 1024, 128, DType::bf16);
+    const BlockTiling b = fa1_paper_tiling(100 * 1024, 128, DType::bf16);
     CHECK(b.block_cols == 100);
     CHECK(b.block_rows == 100);
     // Rounding up: 1000 fp32 elements, d = 59: 1000 / 236 = 4.24 -> 5.
-    const Fa1Tiling c = Fa1Tiling::paper_rule(4000, 59, DType::fp32);
+    const BlockTiling c = fa1_paper_tiling(4000, 59, DType::fp32);
     CHECK(c.block_cols == 5);
     CHECK(c.block_rows == 5);
-    CHECK_THROWS_AS(Fa1Tiling::paper_rule(4 * 64 * 4 - 1, 64, DType::fp32), std::invalid_argument);
+    CHECK_THROWS_AS(fa1_paper_tiling(4 * 64 * 4 - 1, 64, DType::fp32), std::invalid_argument);
     CHECK_THROWS_WITH(
-        Fa1Tiling::paper_rule(100, 64, DType::fp32),
+        fa1_paper_tiling(100, 64, DType::fp32),
         contains_text("M = 100") && contains_text("allowed: M >= 4 * head_dim") && contains_text("1024"));
   }
 
   SECTION("the paper's rule ignores S, P, l and m: with an arena of exactly M it overflows") {
     const std::int64_t sram = 64 * 1024;
     Problem problem = make_problem(256, 256, 64);
-    const Fa1Tiling paper = Fa1Tiling::paper_rule(sram, 64, DType::fp32);
+    const BlockTiling paper = fa1_paper_tiling(sram, 64, DType::fp32);
     AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
     CHECK_THROWS_AS(run_per_head(problem, tensors, sram,
                                  [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
@@ -516,7 +516,7 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
     const std::int64_t sram = GENERATE(4 * 1024, 20 * 1024, 100 * 1024, 228 * 1024);
     const int head_dim = GENERATE(40, 128);
     const int head_dim_v = 59;
-    const Fa1Tiling tiling = Fa1Tiling::fitting_sram(sram, head_dim, head_dim_v, dtype);
+    const BlockTiling tiling = fa1_fitting_tiling(sram, head_dim, head_dim_v, dtype);
     INFO("M " << sram << " B, d " << head_dim << ", " << to_string(dtype) << ": Br "
               << tiling.block_rows << ", Bc " << tiling.block_cols);
     REQUIRE(tiling.block_cols >= 1);
@@ -524,7 +524,7 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
     const std::int64_t working_set = fa1_forward_sram_bytes(tiling, head_dim, head_dim_v, dtype);
     CHECK(working_set <= sram);
     // One more key column would not fit: the rule is as large as it can be.
-    const Fa1Tiling bigger{std::min(tiling.block_cols + 1, head_dim), tiling.block_cols + 1};
+    const BlockTiling bigger{std::min(tiling.block_cols + 1, head_dim), tiling.block_cols + 1};
     CHECK(fa1_forward_sram_bytes(bigger, head_dim, head_dim_v, dtype) > sram);
 
     // Sequences that are multiples of both block sizes reach the formula exactly.
@@ -546,7 +546,7 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
   }
 
   SECTION("odd shapes run inside the fitted arena") {
-    const Fa1Tiling tiling = Fa1Tiling::fitting_sram(48 * 1024, 111, 111, DType::fp32);
+    const BlockTiling tiling = fa1_fitting_tiling(48 * 1024, 111, 111, DType::fp32);
     for (const auto& [sq, sk] : std::vector<std::pair<int, int>>{{113, 203}, {799, 3}, {1, 1}}) {
       Problem problem = make_problem(sq, sk, 111);
       AttentionTensors tensors = reference::random_inputs(problem, reference::fresh_seed(), false);
@@ -560,10 +560,10 @@ TEST_CASE("FA1 block sizes from the SRAM size", "[forward][fa1][tiling]") {
 
   SECTION("an SRAM too small for 1 x 1 blocks is an error naming M and the minimum") {
     const std::int64_t minimum = fa1_forward_sram_bytes({1, 1}, 64, 64, DType::fp32);
-    CHECK_NOTHROW(Fa1Tiling::fitting_sram(minimum, 64, 64, DType::fp32));
-    CHECK_THROWS_AS(Fa1Tiling::fitting_sram(minimum - 1, 64, 64, DType::fp32),
+    CHECK_NOTHROW(fa1_fitting_tiling(minimum, 64, 64, DType::fp32));
+    CHECK_THROWS_AS(fa1_fitting_tiling(minimum - 1, 64, 64, DType::fp32),
                     std::invalid_argument);
-    CHECK_THROWS_WITH(Fa1Tiling::fitting_sram(minimum - 1, 64, 64, DType::fp32),
+    CHECK_THROWS_WITH(fa1_fitting_tiling(minimum - 1, 64, 64, DType::fp32),
                       contains_text("M = " + std::to_string(minimum - 1)) &&
                           contains_text("allowed: M >= " + std::to_string(minimum)));
   }
@@ -598,7 +598,7 @@ TEST_CASE("block-sparse FA1 loads and computes only the kept blocks (Algorithm 5
   problem.head_dim_v = 24;
   const auto seed = reference::fresh_seed();
   problem.block_sparsity = random_block_sparsity(problem, 32, 48, seed);
-  const Fa1Tiling tiling = block_sparse_tiling(problem);
+  const BlockTiling tiling = block_sparse_tiling(problem);
   const BlockSparsity& mask = problem.block_sparsity;
   std::int64_t q_reads = 0, k_reads = 0, flops = 0;
   for (int c = 0; c < mask.col_blocks; ++c) {

@@ -19,7 +19,7 @@ namespace {
 
 void cpu_fa2(const Problem& problem, AttentionTensors& tensors) {
   run_per_head(problem, tensors, 0, [&](auto& mem, const HeadProblem& head, const HeadTensors& x) {
-    fa2_forward(mem, head, Fa2Tiling{48, 40}, x);
+    fa2_forward(mem, head, BlockTiling{48, 40}, x);
   });
 }
 

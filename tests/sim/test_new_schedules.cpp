@@ -48,7 +48,7 @@ TEST_CASE("memory-efficient attention matches the oracle", "[sim][memory_efficie
   const int mask_kind = GENERATE(0, 1, 2, 3);
   const Problem problem = odd_problem(seqlen_q, seqlen_k, mask_kind);
   check_against_oracle(problem, "memory_efficient 48 x 40", [](auto& mem, const HeadProblem& head, const HeadTensors& x) {
-    memory_efficient_attention(mem, head, MemoryEfficientTiling{48, 40}, x);
+    memory_efficient_attention(mem, head, BlockTiling{48, 40}, x);
   });
 }
 
