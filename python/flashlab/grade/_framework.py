@@ -22,6 +22,26 @@ class Failure(Exception):
         self.hint = hint
 
 
+# What the memory model says when a tile reaches past a matrix's edge (a Range check, a load), and
+# the hint for it: a lab's error_hints.
+OVERRUN_PHRASES = ("is out of range", "outside its")
+OVERRUN_HINT = "a block overruns the sequence: the last block is narrower, Range(begin, min(block, n - begin))"
+
+
+def overrun_hints(hint: str = OVERRUN_HINT) -> list:
+    return [(phrase, hint) for phrase in OVERRUN_PHRASES]
+
+
+def traffic_differences(got: dict, expected: dict) -> str:
+    """The tensors whose HBM traffic (counters["tensors"]) differs from the closed form's: elements
+    read and written, each beside the closed form's."""
+    def count(tensors, name, key):
+        return tensors.get(name, {}).get(key, 0)
+    return "; ".join(f"{n}: read {count(got, n, 'read_elements')} (closed form {count(expected, n, 'read_elements')}), "
+                     f"written {count(got, n, 'write_elements')} ({count(expected, n, 'write_elements')})"
+                     for n in sorted(set(got) | set(expected)) if got.get(n) != expected.get(n))
+
+
 @dataclass
 class Check:
     """One graded test of a lab: `run(submission)` raises Failure (or any error) when it fails."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._framework import Check, Failure, Lab
+from ._framework import Check, Failure, Lab, overrun_hints
 
 # (rows, columns, block_cols): one element, blocks that do not divide the row, one block, many.
 SHAPES = [(1, 1, 1), (7, 100, 16), (33, 65, 64), (64, 256, 32), (5, 40, 64)]
@@ -165,6 +165,5 @@ LAB = Lab(
         Check("softmax(X) V reads X and V once", 1, _times_values_one_pass),
         Check("softmax(X) V holds one block at a time (a bounded SRAM)", 1, _times_values_sram),
     ],
-    error_hints=[(phrase, "a block overruns the sequence: the last block is narrower, Range(begin, min(block, n - begin))")
-                 for phrase in ("is out of range", "outside its")],
+    error_hints=overrun_hints(),
 )

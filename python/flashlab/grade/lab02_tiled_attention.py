@@ -10,7 +10,7 @@ closed form gives for the tiling used, and on a trace the visualizer replays.
 
 from __future__ import annotations
 
-from ._framework import Check, Failure, Lab
+from ._framework import Check, Failure, Lab, overrun_hints, traffic_differences
 
 BLOCKS = (32, 64)  # block_rows, block_cols: neither divides most of the shapes
 SHAPES = [(1, 1), (113, 203), (128, 217), (239, 113), (256, 256)]  # (seqlen_q, seqlen_k), odd shapes
@@ -68,12 +68,8 @@ def _traffic(module):
         expected = sim.closed_form("fa2", problem, BLOCKS)["tensors"]
         got = run.counters["tensors"]
         if got != expected:
-            names = sorted(set(got) | set(expected))
-            diffs = [f"{n}: read {got.get(n, {}).get('read_elements', 0)} (closed form "
-                     f"{expected.get(n, {}).get('read_elements', 0)}), written {got.get(n, {}).get('write_elements', 0)} "
-                     f"({expected.get(n, {}).get('write_elements', 0)})" for n in names if got.get(n) != expected.get(n)]
             raise Failure(f"{_describe(shape, mask)}, blocks {BLOCKS}: HBM traffic is not FA2's closed form; "
-                          + "; ".join(diffs),
+                          + traffic_differences(got, expected),
                           "FA2 reads Q_i once per query block, K_j and V_j once per visible block pair, and writes O_i "
                           "and LSE_i once; blocks the mask hides entirely are skipped, never loaded")
 
@@ -112,6 +108,5 @@ LAB = Lab(
         Check("runs within FA2's working set (a bounded SRAM)", 2, _sram),
         Check("its trace replays in the visualizer", 1, _trace),
     ],
-    error_hints=[(phrase, "a block overruns the sequence: the last block is narrower, Range(begin, min(block, n - begin))")
-                 for phrase in ("is out of range", "outside its")],
+    error_hints=overrun_hints(),
 )

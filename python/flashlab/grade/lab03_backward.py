@@ -10,7 +10,7 @@ working set, and on keys no query sees (zero gradients, never NaN).
 
 from __future__ import annotations
 
-from ._framework import Check, Failure, Lab
+from ._framework import Check, Failure, Lab, overrun_hints, traffic_differences
 
 BLOCKS = (32, 64)
 SHAPES = [(1, 1), (113, 203), (128, 217), (239, 113)]
@@ -66,11 +66,8 @@ def _traffic(module):
         got = schedules.run(module.fa2_backward, problem, *BLOCKS, memory="shape").counters["tensors"]
         expected = sim.closed_form("fa2_backward", problem, BLOCKS)["tensors"]
         if got != expected:
-            diffs = [f"{n}: read {got.get(n, {}).get('read_elements', 0)} (closed form {expected.get(n, {}).get('read_elements', 0)}), "
-                     f"written {got.get(n, {}).get('write_elements', 0)} ({expected.get(n, {}).get('write_elements', 0)})"
-                     for n in sorted(set(got) | set(expected)) if got.get(n) != expected.get(n)]
             raise Failure(f"{_describe(shape, mask)}, blocks {BLOCKS}: HBM traffic is not FA2 backward's closed form; "
-                          + "; ".join(diffs),
+                          + traffic_differences(got, expected),
                           "Algorithm 2: zero dQ (line 3), D from dO and O once (line 4), per key block K_j and V_j once, "
                           "per visible query block Q_i, dO_i, LSE_i, D_i once and dQ_i read and written (line 15), "
                           "dK_j and dV_j written once; dQ converted once at the end")
@@ -118,6 +115,5 @@ LAB = Lab(
         Check("runs within FA2 backward's working set (a bounded SRAM)", 2, _sram),
         Check("keys no query sees get zero gradients, never NaN", 1, _unseen_keys),
     ],
-    error_hints=[(phrase, "a block overruns the sequence: the last block is narrower, Range(begin, min(block, n - begin))")
-                 for phrase in ("is out of range", "outside its")],
+    error_hints=overrun_hints(),
 )

@@ -14,7 +14,7 @@ computes itself.
 
 from __future__ import annotations
 
-from ._framework import Check, Failure, Lab
+from ._framework import Check, Failure, Lab, overrun_hints, traffic_differences
 
 BLOCK_COLS = 64
 CASES = [(1, 1, 1), (1, 100, 3), (1, 1000, 5), (1, 4097, 8), (3, 700, 4)]  # (seqlen_q, seqlen_k, num_splits)
@@ -50,10 +50,8 @@ def _traffic(module):
         got = schedules.run(module.split_kv_decode, problem, BLOCK_COLS, case[2], memory="shape").counters["tensors"]
         expected = sim.closed_form("split_kv", problem, (1, BLOCK_COLS, case[2]))["tensors"]
         if got != expected:
-            diffs = [f"{n}: read {got.get(n, {}).get('read_elements', 0)} (closed form {expected.get(n, {}).get('read_elements', 0)}), "
-                     f"written {got.get(n, {}).get('write_elements', 0)} ({expected.get(n, {}).get('write_elements', 0)})"
-                     for n in sorted(set(got) | set(expected)) if got.get(n) != expected.get(n)]
-            raise Failure(f"{_describe(case, mask)}: HBM traffic is not split-KV's closed form; " + "; ".join(diffs),
+            raise Failure(f"{_describe(case, mask)}: HBM traffic is not split-KV's closed form; "
+                          + traffic_differences(got, expected),
                           "each chunk reads its own keys once and writes one O_c row and one LSE_c per query row "
                           "(fp32); the combine reads them once and writes O and LSE")
 
@@ -116,6 +114,5 @@ LAB = Lab(
         Check("splits_to_fill: how many splits fill the GPU", 1, _splits),
         Check("partial_traffic_share: what the partials cost, from the simulator", 1, _share),
     ],
-    error_hints=[(phrase, "a block overruns the chunk or the sequence: blocks end at min(begin + block, chunk end)")
-                 for phrase in ("is out of range", "outside its")],
+    error_hints=overrun_hints("a block overruns the chunk or the sequence: blocks end at min(begin + block, chunk end)"),
 )
