@@ -132,7 +132,9 @@ def test_command_line_report_json_and_bad_input(tmp_path):
     assert all({"name", "score", "max_score", "status", "output"} <= set(t) for t in data["tests"])
     for argv, phrase in [(["07", str(solution(lab))], "lab '07' is unknown"),
                          (["02", str(tmp_path / "missing.py")], "is not a file"),
-                         (["02", str(solution(lab)), "--time-limit", "0"], "time_limit = 0.0")]:
+                         (["02", str(solution(lab)), "--time-limit", "0"], "time_limit = 0.0"),
+                         (["02", str(solution(lab)), "--memory-limit", "10"], "memory_limit = 10"),
+                         (["release", str(tmp_path / "out"), "--labs", str(tmp_path)], "has no README.md")]:
         bad = subprocess.run([sys.executable, "-m", "flashlab.grade", *argv], capture_output=True, text=True)
         assert bad.returncode == 2 and phrase in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
 
