@@ -172,6 +172,18 @@ def sdpa_backward_timer(backend, q, k, v, do, causal):
     return timer
 
 
+def sdpa_gradients(backend, q, k, v, do, causal):
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(backend):
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        return torch.autograd.grad(out, (qg, kg, vg), do)
+
+
+def gradient_difference(got, reference):
+    """max |got - reference| of dQ, dK, dV; NaN (an unwritten element) stays NaN."""
+    return {name: (g.float() - r.float()).abs().max().item() for name, g, r in zip(("dq", "dk", "dv"), got, reference)}
+
+
 def flash_attn_4():
     """FlashAttention-4's forward, or None when flash-attn-4 does not import here."""
     try:
@@ -333,6 +345,11 @@ def run(args):
                     timers = {}
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
                     lib.forward(2, q, k, v, o, lse, causal)  # O and LSE for every backward (variants too)
+                    # Correct first: every backward's dQ, dK, dV against SDPA flash's on the same inputs,
+                    # beside cuDNN's difference from it (the yardstick of two bf16 implementations).
+                    reference_grads = sdpa_gradients(SDPBackend.FLASH_ATTENTION, q, k, v, do, causal)
+                    grad_diffs = {"sdpa_cudnn": gradient_difference(
+                        sdpa_gradients(SDPBackend.CUDNN_ATTENTION, q, k, v, do, causal), reference_grads)}
                     for name, impl in libs.items():
                         wanted = args.generations if name == "fa2" else args.variant_generations
                         generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and d <= 128 else [])
@@ -340,6 +357,10 @@ def run(args):
                             if generation_name not in wanted:
                                 continue
                             label = name.replace("fa2", generation_name, 1)
+                            for t in (dq, dk, dv):
+                                t.fill_(float("nan"))
+                            impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal)
+                            grad_diffs[label] = gradient_difference((dq, dk, dv), reference_grads)
                             timers[label] = lambda impl=impl, generation=generation: median_ms(
                                 lambda: impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal))
                             if generation == 3 and args.deterministic and name == "fa2":
@@ -356,6 +377,8 @@ def run(args):
                     for name, backend in SDPA_BACKENDS.items():
                         if name in args.sdpa:
                             timers[name] = sdpa_backward_timer(backend, q, k, v, do, causal)
+                    row["bwd_max_abs_diff_vs_sdpa_flash"] = grad_diffs
+                    del reference_grads
                     medians, errors = interleaved_medians(timers, args.rounds)
                     row["bwd"] = {name: (None if ms is None else bwd_flops / ms / 1e9) for name, ms in medians.items()}
                     for name, error in errors.items():
@@ -366,7 +389,10 @@ def run(args):
                       " ".join(f"{n}={fmt(x)}" for n, x in row["fwd"].items()) +
                       ("  bwd " + " ".join(f"{n}={fmt(x)}" for n, x in row["bwd"].items()) if row["bwd"] else "") +
                       "  |O-O_sdpa|max " + " ".join(f"{key.split('_max')[0]}={value:.1e}" for key, value in row.items()
-                                                     if key.endswith("_max_abs_diff_vs_sdpa_flash")), flush=True)
+                                                     if key.endswith("_max_abs_diff_vs_sdpa_flash") and key.startswith(("fa", "sdpa"))) +
+                      ("  |dQ,dK,dV-sdpa|max " + " ".join(f"{n}={max(x.values(), key=lambda v: float('inf') if v != v else v):.1e}" for n, x in
+                                                          row["bwd_max_abs_diff_vs_sdpa_flash"].items())
+                       if "bwd_max_abs_diff_vs_sdpa_flash" in row else ""), flush=True)
                 del q, k, v, o, lse
     return result
 
