@@ -108,6 +108,51 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
 void fa3_backward(const Problem& problem, const BackwardArgs& args);
 std::size_t fa3_backward_workspace_bytes(const Problem& problem, bool deterministic);
 
+// Rung 4 (kernels/04_decode_sm80/): decoding against a KV cache (Flash-Decoding): one to 16 query
+// tokens per sequence against its cached keys, the query heads of a KV head packed into one tile,
+// the keys split into chunks across the GPU and the chunks' partial O and LSE combined by
+// log-sum-exp in the same kernel; a contiguous or a paged cache (block table); the new tokens'
+// K and V appended at cache_seqlens first (flash-attn's flash_attn_with_kvcache). The problem
+// gives dtype (bf16, fp16), batch, heads_q, heads_kv, head_dim (multiples of 8 up to 256),
+// softmax_scale, seqlen_q (query tokens, 1..16), causal (bottom-right: query token i sees keys
+// j <= i + keys - seqlen_q of its sequence) and seqlen_k: the cache's capacity per sequence
+// (contiguous: its positions; paged: max_pages_per_sequence * page_size). Compute capability >= 8.0.
+struct DecodeArgs {
+  DeviceTensor q, o;  // (batch, query token, query head)
+  DeviceTensor lse;   // fp32, natural log, (batch, query token, query head)
+  // The cache: contiguous, (batch, position, KV head) with problem.seqlen_k positions; or paged,
+  // (page, slot, KV head) with num_pages pages of page_size slots and a block table of page ids.
+  DeviceTensor k_cache, v_cache;
+  const int* block_table = nullptr;  // device, [batch][max_pages_per_sequence]; nullptr: contiguous
+  int max_pages_per_sequence = 0;
+  int num_pages = 0, page_size = 0;
+  const int* cache_seqlens = nullptr;  // device, batch ints: keys in the cache before the append
+  // The new tokens (seqlen_new of them per sequence, (batch, token, KV head)), written into the
+  // cache at cache_seqlens[b] .. + seqlen_new - 1 and attended to; seqlen_new = 0: none.
+  DeviceTensor k_new, v_new;
+  int seqlen_new = 0;
+  // Host copies of cache_seqlens and of the block table, read before any launch: every length
+  // within the cache and every page id that a length reaches within [0, num_pages), or the call
+  // is refused by name; the longest sequence also sizes the split. nullptr: not checked (the
+  // caller vouches for them; a page id out of range reads memory that is not the cache).
+  const int* host_cache_seqlens = nullptr;
+  const int* host_block_table = nullptr;
+  int num_splits = 0;  // chunks per sequence; 0: the fewest that fill the device best
+  // Scratch for the chunks' partial O and LSE (decode_workspace_bytes; 0 when one chunk does),
+  // whose first bytes are counters that must be zero on entry (they are zero again on return:
+  // zero a workspace once). nullptr: allocated and zeroed stream-ordered by the call.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  cudaStream_t stream = nullptr;
+};
+void decode_attention(const Problem& problem, const DecodeArgs& args);
+std::size_t decode_workspace_bytes(const Problem& problem, const DecodeArgs& args);
+// The chunks per sequence a call with these arguments runs on the current device.
+int decode_splits(const Problem& problem, const DecodeArgs& args);
+// The decode kernel's loads alone (same grid, same K and V bytes, no arithmetic, no output, no
+// append): the ceiling for a decode kernel of this shape on this device.
+void decode_stream_read(const Problem& problem, const DecodeArgs& args);
+
 // ---------------------------------------------------------------------------------------------
 // Checks shared by the rungs (kernels/attention_api.cpp). Each throws std::invalid_argument
 // naming the input and the allowed range. Every rung runs the checks that need no device first

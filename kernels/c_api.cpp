@@ -96,6 +96,26 @@ flashlab::kernels::ForwardArgs forward_args(const char* entry, const FlashlabPro
   return args;
 }
 
+// The host API's decode arguments from the ABI's cache description; q, o, lse set by the caller.
+flashlab::kernels::DecodeArgs decode_args(const char* entry, const FlashlabKvCache* cache, int num_splits) {
+  if (cache == nullptr) refuse(entry, "cache is null; allowed: a pointer to a FlashlabKvCache");
+  flashlab::kernels::DecodeArgs args;
+  args.k_cache = tensor(entry, "k_cache", cache->k_cache, cache->k_cache_strides);
+  args.v_cache = tensor(entry, "v_cache", cache->v_cache, cache->v_cache_strides);
+  args.block_table = cache->block_table, args.max_pages_per_sequence = cache->max_pages_per_sequence;
+  args.num_pages = cache->num_pages, args.page_size = cache->page_size;
+  args.cache_seqlens = cache->cache_seqlens, args.seqlen_new = cache->seqlen_new;
+  if (cache->seqlen_new != 0) {
+    args.k_new = tensor(entry, "k_new", cache->k_new, cache->k_new_strides);
+    args.v_new = tensor(entry, "v_new", cache->v_new, cache->v_new_strides);
+  } else if (cache->k_new != nullptr || cache->v_new != nullptr) {
+    refuse(entry, "k_new or v_new is set with seqlen_new = 0; allowed: null when no token is appended");
+  }
+  args.host_cache_seqlens = cache->host_cache_seqlens, args.host_block_table = cache->host_block_table;
+  args.num_splits = num_splits;
+  return args;
+}
+
 template <class Body>
 int guarded(Body&& body) {
   try {
@@ -198,6 +218,38 @@ int flashlab_backward(int generation, const FlashlabProblem* problem, int determ
     } else {
       flashlab::kernels::fa3_backward(p, args);
     }
+  });
+}
+
+int flashlab_decode(const FlashlabProblem* problem, const FlashlabKvCache* cache, int num_splits, void* q,
+                    const std::int64_t* q_strides, void* o, const std::int64_t* o_strides, float* lse,
+                    const std::int64_t* lse_strides, void* workspace, std::int64_t workspace_bytes, int stream_only,
+                    void* stream) {
+  return guarded([&] {
+    constexpr const char* kEntry = "flashlab_decode";
+    require_code(kEntry, "stream_only", stream_only, 0, 1, "0 or 1");
+    if (workspace_bytes < 0) refuse(kEntry, "workspace_bytes = " + std::to_string(workspace_bytes) + "; allowed: >= 0");
+    const flashlab::Problem p = to_problem(kEntry, problem);
+    flashlab::kernels::DecodeArgs args = decode_args(kEntry, cache, num_splits);
+    args.q = tensor(kEntry, "q", q, q_strides), args.o = tensor(kEntry, "o", o, o_strides);
+    args.lse = tensor(kEntry, "lse", lse, lse_strides);
+    args.workspace = workspace, args.workspace_bytes = static_cast<std::size_t>(workspace_bytes);
+    args.stream = static_cast<cudaStream_t>(stream);
+    if (stream_only == 1) {
+      flashlab::kernels::decode_stream_read(p, args);
+    } else {
+      flashlab::kernels::decode_attention(p, args);
+    }
+  });
+}
+
+int flashlab_decode_workspace_bytes(const FlashlabProblem* problem, const FlashlabKvCache* cache, int num_splits,
+                                    std::int64_t* bytes) {
+  return guarded([&] {
+    constexpr const char* kEntry = "flashlab_decode_workspace_bytes";
+    if (bytes == nullptr) refuse(kEntry, "bytes is null; allowed: a pointer to an int64");
+    const flashlab::Problem p = to_problem(kEntry, problem);
+    *bytes = static_cast<std::int64_t>(flashlab::kernels::decode_workspace_bytes(p, decode_args(kEntry, cache, num_splits)));
   });
 }
 

@@ -4,7 +4,9 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 variants compare compare-bench python (default: build tests bench). python: the Python
+# sanitize-sm90 fa4 variants compare compare-bench python decode (default: build tests bench).
+# decode: the decode rung's GPU tests, its benchmark against SDPA's flash and cuDNN with the
+# read-only ceiling, Nsight Compute's DRAM bytes beside the KV bytes, and memcheck on a small grid. python: the Python
 # package in the build tree (flashlab._core and the kernel library) and its pytest suite, the GPU
 # tests (marker gpu) included. compare: COMPARE_PATCHES="<git diff
 # file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
@@ -211,32 +213,40 @@ step_variants() {
 }
 step_compare() {
   # Candidate changes measured against the current tree in one run. Each patch of COMPARE_PATCHES
-  # (`git diff` files taken at the repository root) is applied to this tree in turn, built
-  # incrementally, its GPU tests run (COMPARE_TESTS: a ctest -R regex, default all of them) and its
-  # library kept; the patch is then reverted. The benchmark times the base, every variant and a
-  # control (an unchanged copy of the base library: its spread from 1.0 is the noise floor) in the
-  # same interleaved rounds (BENCH_ARGS; add --backward for the backward), and
-  # scripts/compare_bench.py sets them side by side.
-  local libs=/tmp/flashlab_compare lib=$BUILD/kernels/libflashlab_kernels_c.so patch name variants=()
+  # (`git diff` files taken at the repository root) is applied to this tree in turn, built in a build
+  # folder of its own ($BUILD-variant, so the base build and its test binaries stay as they are),
+  # its GPU tests run (COMPARE_CATCH: a Catch2 test spec run on its test_kernels, e.g. one test case;
+  # else COMPARE_TESTS: a ctest -R regex, default all of them) and its library kept; the patch is then
+  # reverted. The benchmark times the base, every variant and a control (an unchanged copy of the
+  # base library: its spread from 1.0 is the noise floor) in the same interleaved rounds (BENCH_ARGS;
+  # add --backward for the backward), and scripts/compare_bench.py sets them side by side.
+  local libs=/tmp/flashlab_compare variant_build=$BUILD-variant patch name
   rm -rf $libs && mkdir -p $libs
   step_build
-  cp $lib $libs/base.so && cp $lib $libs/control.so && variants+=(--variant "control=$libs/control.so")
+  cp $BUILD/kernels/libflashlab_kernels_c.so $libs/base.so && cp $libs/base.so $libs/control.so
+  cmake -S . -B $variant_build -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_BUILD_VIZ=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+    >"$OUT/variant_configure.log" 2>&1 || { echo "variant build folder: configure failed"; status=1; return; }
   for patch in ${COMPARE_PATCHES:?compare needs COMPARE_PATCHES=\"<git diff file>...\"}; do
     name=$(basename "$patch" .patch)
     mkdir -p "$OUT/$name"
     patch -p1 --quiet <"$patch" || { echo "$name: the patch does not apply"; status=1; continue; }
-    if cmake --build $BUILD --target flashlab_kernels_c test_kernels -j16 >"$OUT/$name/build.log" 2>&1; then
-      # The FA3 backward grid takes about 5 minutes beside the other GPU tests; a hang costs 7.
-      (cd $BUILD && ctest -L gpu -R "${COMPARE_TESTS:-.}" -j4 --timeout 420) >"$OUT/$name/tests.log" 2>&1 \
-        || { echo "$name: GPU TESTS FAILED"; status=1; }
-      echo "$name: $(grep -E "tests passed" "$OUT/$name/tests.log")"; grep -E "\*\*\*Failed|Timeout" "$OUT/$name/tests.log"
-      cp $lib "$libs/$name.so" && variants+=(--variant "$name=$libs/$name.so")
+    if cmake --build $variant_build --target flashlab_kernels_c test_kernels -j16 >"$OUT/$name/build.log" 2>&1; then
+      if [ -n "${COMPARE_CATCH:-}" ]; then
+        timeout 420 $variant_build/tests/kernels/test_kernels "$COMPARE_CATCH" >"$OUT/$name/tests.log" 2>&1 \
+          || { echo "$name: GPU TESTS FAILED"; status=1; }
+        echo "$name: $(grep -E "test cases|All tests passed" "$OUT/$name/tests.log" | tail -1)"
+      else
+        # The FA3 backward grid takes about 5 minutes beside the other GPU tests; a hang costs 7.
+        (cd $variant_build && ctest -L gpu -R "${COMPARE_TESTS:-.}" -j4 --timeout 420) >"$OUT/$name/tests.log" 2>&1 \
+          || { echo "$name: GPU TESTS FAILED"; status=1; }
+        echo "$name: $(grep -E "tests passed" "$OUT/$name/tests.log")"; grep -E "\*\*\*Failed|Timeout" "$OUT/$name/tests.log"
+      fi
+      cp $variant_build/kernels/libflashlab_kernels_c.so "$libs/$name.so"
     else
       echo "$name: build failed"; grep -m20 -E "error" "$OUT/$name/build.log"; status=1
     fi
     patch -R -p1 --quiet <"$patch"
   done
-  cmake --build $BUILD --target ${BUILD_TARGETS:-test_kernels flashlab_kernels_c} -j16 >>"$OUT/build.log" 2>&1  # the base again
   [ "${COMPARE_BENCH:-1}" = 1 ] && step_compare_bench
 }
 step_compare_bench() {
@@ -249,6 +259,29 @@ step_compare_bench() {
   done
   run_benchmark $libs/base.so compare --fa1-max-seqlen 0 "${variants[@]}" >/dev/null || status=1
   python3 scripts/compare_bench.py "$OUT/compare.json" | tee "$OUT/compare.md"
+}
+step_decode() {
+  local start=$(date +%s)
+  $BUILD/tests/kernels/test_kernels "[decode]" >"$OUT/decode_tests.log" 2>&1 || status=1
+  echo "decode tests: status $status in $(( $(date +%s) - start )) s: $(grep -E "test cases|All tests passed" "$OUT/decode_tests.log" | tail -1)"
+  grep -E -B3 -A25 "FAILED" "$OUT/decode_tests.log" | head -60
+  PYTHONUNBUFFERED=1 python3 scripts/bench_decode.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
+    --json "$OUT/decode_bench.json" --markdown "$OUT/decode_bench.md" ${DECODE_BENCH_ARGS:-} 2>&1 | tee "$OUT/decode_bench.log" \
+    | grep -v "^|" || status=1
+  cat "$OUT/decode_bench.md" 2>/dev/null
+  # DRAM bytes of one decode call (the main kernel) beside the KV bytes it must read.
+  local shape
+  for shape in "1 131072" "64 4096"; do
+    ncu --clock-control none --kernel-name regex:decode_kernel --launch-skip 1 --launch-count 1 \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+      python3 scripts/bench_decode.py --lib $BUILD/kernels/libflashlab_kernels_c.so --profile $shape \
+      >"$OUT/ncu_decode_${shape// /x}.log" 2>&1
+    echo "== ncu decode $shape"; grep -E "kv bytes|dram__|gpu__time|ERR|rror" "$OUT/ncu_decode_${shape// /x}.log"
+  done
+  compute-sanitizer --tool memcheck --error-exitcode 3 $BUILD/tests/kernels/test_kernels "[sanitizer_grid_decode]" \
+    >"$OUT/sanitizer_decode_memcheck.log" 2>&1
+  echo "compute-sanitizer memcheck (decode grid): exit $? ($(grep -c "Invalid" "$OUT/sanitizer_decode_memcheck.log") invalid accesses)"
+  tail -2 "$OUT/sanitizer_decode_memcheck.log"
 }
 for step in $steps; do
   "step_${step//-/_}"

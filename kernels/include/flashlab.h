@@ -12,6 +12,8 @@
  *      CUDA device.
  *   2: flashlab_backward takes the generation first (2 = FA2, 3 = FA3 on Hopper), as
  *      flashlab_forward does.
+ *   3: decoding against a KV cache: FlashlabKvCache, flashlab_decode and
+ *      flashlab_decode_workspace_bytes.
  *
  * Every entry returns FLASHLAB_OK, FLASHLAB_REFUSED when an input breaks the contract below (the
  * message of flashlab_last_error() names the input and the allowed range; nothing was launched)
@@ -47,7 +49,7 @@
 
 #include <stdint.h>
 
-#define FLASHLAB_ABI_VERSION 2
+#define FLASHLAB_ABI_VERSION 3
 
 /* What the shared library exports (everything else in it has hidden visibility). */
 #if defined(__GNUC__) || defined(__clang__)
@@ -107,6 +109,48 @@ FLASHLAB_API int flashlab_backward(int generation, const FlashlabProblem* proble
                                    const int64_t* lse_strides, void* d_o, const int64_t* d_o_strides, void* dq,
                                    const int64_t* dq_strides, void* dk, const int64_t* dk_strides, void* dv,
                                    const int64_t* dv_strides, void* stream);
+
+/* A KV cache for flashlab_decode (the host API's DecodeArgs, kernels/attention_api.hpp):
+ * contiguous (block_table null; k_cache and v_cache (batch, position, KV head) with problem->seqlen_k
+ * positions, page fields 0) or paged ((page, slot, KV head): num_pages pages of page_size slots,
+ * 16, 32, 64, 128, 192 or 256; block_table: batch x max_pages_per_sequence page ids on the device;
+ * problem->seqlen_k = max_pages_per_sequence * page_size). cache_seqlens: batch ints on the device,
+ * the keys cached before this call. k_new, v_new: seqlen_new new tokens per sequence (batch,
+ * token, KV head), appended at cache_seqlens (null with seqlen_new 0). host_cache_seqlens and
+ * host_block_table: host copies, read before any launch (lengths within the cache and page ids
+ * within num_pages, or the call is refused), or null: unchecked. */
+typedef struct FlashlabKvCache {
+  void* k_cache;
+  const int64_t* k_cache_strides;
+  void* v_cache;
+  const int64_t* v_cache_strides;
+  const int* block_table;
+  int max_pages_per_sequence, num_pages, page_size;
+  const int* cache_seqlens;
+  void* k_new;
+  const int64_t* k_new_strides;
+  void* v_new;
+  const int64_t* v_new_strides;
+  int seqlen_new;
+  const int* host_cache_seqlens;
+  const int* host_block_table;
+} FlashlabKvCache;
+
+/* Decoding (the decode rung): problem->seqlen_q query tokens (1..16) per sequence, causal
+ * bottom-right or not, against the cache; q, o (batch, token, query head); lse fp32 (batch,
+ * token, query head). num_splits: 0 (chosen for the device) or 1..256 chunks per sequence.
+ * workspace: workspace_bytes of device memory (at least flashlab_decode_workspace_bytes) whose
+ * first bytes are zero on entry (left zero on return: zero it once), or null (allocated and
+ * zeroed by the call). stream_only 1: the kernel's loads alone (no output, no append), the
+ * ceiling of the benchmark. */
+FLASHLAB_API int flashlab_decode(const FlashlabProblem* problem, const FlashlabKvCache* cache, int num_splits, void* q,
+                                 const int64_t* q_strides, void* o, const int64_t* o_strides, float* lse,
+                                 const int64_t* lse_strides, void* workspace, int64_t workspace_bytes,
+                                 int stream_only, void* stream);
+
+/* The workspace flashlab_decode needs with these arguments on the current device, in *bytes. */
+FLASHLAB_API int flashlab_decode_workspace_bytes(const FlashlabProblem* problem, const FlashlabKvCache* cache,
+                                                 int num_splits, int64_t* bytes);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,7 @@ import pathlib
 import threading
 
 # FLASHLAB_ABI_VERSION of the header these declarations are written for.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 OK, ERROR, REFUSED = 0, 1, 2
 DTYPE_CODES = {"fp16": 1, "bf16": 2}
@@ -37,6 +37,15 @@ PROBLEM_FIELDS = [
     ("const int*", "cu_seqlens_k_host"), ("const int*", "cu_seqlens_q_device"), ("const int*", "cu_seqlens_k_device"),
 ]
 
+# typedef struct FlashlabKvCache {...}, likewise.
+KV_CACHE_FIELDS = [
+    ("void*", "k_cache"), ("const int64_t*", "k_cache_strides"), ("void*", "v_cache"),
+    ("const int64_t*", "v_cache_strides"), ("const int*", "block_table"), ("int", "max_pages_per_sequence"),
+    ("int", "num_pages"), ("int", "page_size"), ("const int*", "cache_seqlens"), ("void*", "k_new"),
+    ("const int64_t*", "k_new_strides"), ("void*", "v_new"), ("const int64_t*", "v_new_strides"), ("int", "seqlen_new"),
+    ("const int*", "host_cache_seqlens"), ("const int*", "host_block_table"),
+]
+
 _TENSOR = ["void*", "const int64_t*"]  # data, strides
 # name -> (return type, parameter types), in the header's order.
 FUNCTIONS = {
@@ -50,6 +59,10 @@ FUNCTIONS = {
     "flashlab_backward": (
         "int", ["int", "const FlashlabProblem*", "int"] + _TENSOR * 4 + ["float*", "const int64_t*"] + _TENSOR * 4
         + ["void*"]),
+    "flashlab_decode": (
+        "int", ["const FlashlabProblem*", "const FlashlabKvCache*", "int"] + _TENSOR * 2
+        + ["float*", "const int64_t*", "void*", "int64_t", "int", "void*"]),
+    "flashlab_decode_workspace_bytes": ("int", ["const FlashlabProblem*", "const FlashlabKvCache*", "int", "int64_t*"]),
 }
 
 
@@ -57,12 +70,19 @@ class FlashlabProblem(ctypes.Structure):
     pass
 
 
+class FlashlabKvCache(ctypes.Structure):
+    pass
+
+
 _CTYPES = {
     "int": ctypes.c_int, "double": ctypes.c_double, "const char*": ctypes.c_char_p, "void*": ctypes.c_void_p,
     "const void*": ctypes.c_void_p, "float*": ctypes.c_void_p, "const int*": ctypes.c_void_p,
     "const int64_t*": ctypes.POINTER(ctypes.c_int64), "const FlashlabProblem*": ctypes.POINTER(FlashlabProblem),
+    "int64_t": ctypes.c_int64, "int64_t*": ctypes.POINTER(ctypes.c_int64),
+    "const FlashlabKvCache*": ctypes.POINTER(FlashlabKvCache),
 }
 FlashlabProblem._fields_ = [(name, _CTYPES[c_type]) for c_type, name in PROBLEM_FIELDS]
+FlashlabKvCache._fields_ = [(name, _CTYPES[c_type]) for c_type, name in KV_CACHE_FIELDS]
 
 
 class KernelRefused(ValueError):
@@ -146,6 +166,20 @@ class KernelLibrary:
                                                 *_pairs(q, k, v, o, lse, d_o, dq, dk, dv), ctypes.c_void_p(stream)))
 
 
+    def decode(self, problem, cache, num_splits, q, o, lse, workspace, workspace_bytes, stream_only, stream):
+        """Decoding against a KV cache (a FlashlabKvCache); q, o, lse each (data pointer, strides);
+        workspace a device pointer (0: allocated by the call)."""
+        self._check(self._lib.flashlab_decode(ctypes.byref(problem), ctypes.byref(cache), int(num_splits),
+                                              *_pairs(q, o, lse), ctypes.c_void_p(workspace),
+                                              ctypes.c_int64(workspace_bytes), int(stream_only), ctypes.c_void_p(stream)))
+
+    def decode_workspace_bytes(self, problem, cache, num_splits) -> int:
+        bytes_needed = ctypes.c_int64(0)
+        self._check(self._lib.flashlab_decode_workspace_bytes(ctypes.byref(problem), ctypes.byref(cache),
+                                                              int(num_splits), ctypes.byref(bytes_needed)))
+        return bytes_needed.value
+
+
 def _pairs(*tensors):
     arguments = []
     for data, tensor_strides in tensors:
@@ -170,6 +204,36 @@ def make_problem(*, dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_di
     if cu_seqlens_device is not None:
         problem.cu_seqlens_q_device, problem.cu_seqlens_k_device = cu_seqlens_device
     return problem
+
+
+def make_kv_cache(*, k_cache, v_cache, cache_seqlens, block_table=None, page_size=0, num_pages=0,
+                  max_pages_per_sequence=0, k_new=None, v_new=None, seqlen_new=0, host_cache_seqlens=None,
+                  host_block_table=None):
+    """A FlashlabKvCache. k_cache, v_cache, k_new, v_new: (data pointer, strides); cache_seqlens,
+    block_table: device pointers; host_*: ctypes int arrays kept alive by the caller, or None.
+    The returned structure keeps its stride arrays alive."""
+    cache = FlashlabKvCache()
+    keep = []
+    for name, tensor in (("k_cache", k_cache), ("v_cache", v_cache), ("k_new", k_new), ("v_new", v_new)):
+        if tensor is None:
+            continue
+        data, tensor_strides = tensor
+        array = strides(tensor_strides)
+        keep.append(array)
+        setattr(cache, name, ctypes.c_void_p(data))
+        setattr(cache, name + "_strides", ctypes.cast(array, ctypes.POINTER(ctypes.c_int64)))
+    cache.cache_seqlens = cache_seqlens
+    cache.block_table = block_table or 0
+    cache.page_size, cache.num_pages, cache.max_pages_per_sequence = page_size, num_pages, max_pages_per_sequence
+    cache.seqlen_new = seqlen_new
+    if host_cache_seqlens is not None:
+        cache.host_cache_seqlens = ctypes.addressof(host_cache_seqlens)
+        keep.append(host_cache_seqlens)
+    if host_block_table is not None:
+        cache.host_block_table = ctypes.addressof(host_block_table)
+        keep.append(host_block_table)
+    cache._keep = keep  # the arrays the structure points into
+    return cache
 
 
 def int_array(values) -> ctypes.Array:

@@ -23,6 +23,10 @@ on the tensors' device and on torch's current stream there. LSE (return_lse=True
 [batch, heads_q, seqlen_q] ([heads_q, total_q] for varlen), natural log, -inf for a row that sees
 no key; it carries no gradient.
 
+flash_attn_with_kvcache runs the decode rung (kernels/04_decode_sm80/): one to 16 query tokens
+against a KV cache, contiguous or paged, with the new tokens appended; inference only (no
+gradient).
+
 torch is imported by this module only: `import flashlab` needs numpy alone.
 """
 import operator
@@ -37,7 +41,7 @@ except ImportError as error:
 from flashlab import _abi, _torch_reference
 from flashlab._abi import KernelError, KernelRefused, KernelsUnavailable
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "resolve_generation", "kernels_available",
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "resolve_generation", "kernels_available",
            "KernelRefused", "KernelError", "KernelsUnavailable", "GENERATIONS"]
 
 GENERATIONS = ("auto", "fa1", "fa2", "fa3", "reference")
@@ -337,3 +341,137 @@ class _KernelCall:
         if self.varlen:
             return t.data_ptr(), (0, t.stride(1), t.stride(0))
         return t.data_ptr(), (t.stride(0), t.stride(2), t.stride(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding against a KV cache: flash-attention's flash_attn_with_kvcache.
+
+# Per (device, stream): a workspace whose leading counters are zero (the kernel leaves them so).
+_decode_workspaces = {}
+
+
+def _decode_workspace(device, stream, size):
+    key = (device.index, stream)
+    workspace = _decode_workspaces.get(key)
+    if workspace is None or workspace.numel() < size:
+        workspace = torch.zeros(max(size, 1), dtype=torch.uint8, device=device)
+        _decode_workspaces[key] = workspace
+    return workspace
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                            cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False, check_inputs=True):
+    """Decoding: q [batch, seqlen_q, heads_q, head_dim] (1..16 query tokens per sequence) against
+    the KV cache k_cache, v_cache: contiguous [batch, seqlen_cache, heads_kv, head_dim], or paged
+    [num_blocks, page_block_size, heads_kv, head_dim] with block_table [batch, max_blocks] (int32
+    page ids; page_block_size 16, 32, 64, 128, 192 or 256). cache_seqlens: int32 [batch] (or an
+    int): the keys cached per sequence. k, v [batch, seqlen_new, heads_kv, head_dim]: new tokens,
+    written into the cache at cache_seqlens and attended to. causal: query token i sees keys
+    j <= i + keys - seqlen_q of its sequence. num_splits: 0 (chosen for the GPU) or 1..256 chunks.
+    Returns out like q, or (out, softmax_lse [batch, heads_q, seqlen_q], fp32) with
+    return_softmax_lse. check_inputs (FlashLab's own): copy cache_seqlens and block_table to the
+    host to refuse lengths beyond the cache and page ids out of range before the launch (a
+    synchronisation); False trusts them. What flash-attention's function has and FlashLab does not
+    (rotary, cache_batch_idx, cache_leftpad, windows, softcap, ALiBi) is refused by name."""
+    for name, value, absent in (("rotary_cos", rotary_cos, None), ("rotary_sin", rotary_sin, None),
+                                ("cache_batch_idx", cache_batch_idx, None), ("cache_leftpad", cache_leftpad, None),
+                                ("alibi_slopes", alibi_slopes, None), ("softcap", softcap, 0.0)):
+        if value is not absent and not (absent == 0.0 and value == 0.0):
+            raise ValueError(f"{name} = {value!r}; allowed: {absent!r} (not supported by FlashLab's decode kernel)")
+    if tuple(window_size) != (-1, -1):
+        raise ValueError(f"window_size = {window_size!r}; allowed: (-1, -1) (no window)")
+    _require_tensors(q=q, k_cache=k_cache, v_cache=v_cache)
+    _require_rank(4, "[batch, seqlen, heads, head_dim]", q=q, k_cache=k_cache, v_cache=v_cache)
+    if q.dtype not in _KERNEL_DTYPES:
+        raise ValueError(f"q.dtype = {q.dtype}; allowed: torch.float16, torch.bfloat16")
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache.shape = {tuple(v_cache.shape)}, k_cache.shape = {tuple(k_cache.shape)}; allowed: equal")
+    heads_kv = k_cache.shape[2]
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache's head_dim = {k_cache.shape[3]}, q's = {head_dim}; allowed: equal")
+    tensors = dict(k_cache=k_cache, v_cache=v_cache)
+    seqlen_new = 0
+    if (k is None) != (v is None):
+        raise ValueError("k and v: one is given; allowed: both (new tokens) or neither")
+    if k is not None:
+        _require_tensors(k=k, v=v)
+        _require_rank(4, "[batch, seqlen_new, heads_kv, head_dim]", k=k, v=v)
+        if k.shape != v.shape or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:]:
+            raise ValueError(f"k.shape = {tuple(k.shape)}, v.shape = {tuple(v.shape)}; allowed: equal, "
+                             f"[{batch}, seqlen_new, {heads_kv}, {head_dim}]")
+        seqlen_new = k.shape[1]
+        tensors.update(k=k, v=v)
+    for name, t in tensors.items():
+        if t.device != q.device or t.dtype != q.dtype:
+            raise ValueError(f"{name} is {t.dtype} on {t.device}, q {q.dtype} on {q.device}; allowed: q's dtype and device")
+    if cache_seqlens is None:
+        raise ValueError("cache_seqlens is None; allowed: an int32 tensor of batch lengths, or an int")
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    _require_tensors(cache_seqlens=cache_seqlens)
+    if cache_seqlens.dtype != torch.int32 or tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.device != q.device:
+        raise ValueError(f"cache_seqlens: {cache_seqlens.dtype}, shape {tuple(cache_seqlens.shape)} on "
+                         f"{cache_seqlens.device}; allowed: torch.int32 [{batch}] on {q.device}")
+    cache_seqlens = cache_seqlens.contiguous()
+    paged = block_table is not None
+    if paged:
+        _require_tensors(block_table=block_table)
+        if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != batch \
+                or block_table.device != q.device:
+            raise ValueError(f"block_table: {block_table.dtype}, shape {tuple(block_table.shape)} on "
+                             f"{block_table.device}; allowed: torch.int32 [{batch}, max_blocks] on {q.device}")
+        block_table = block_table.contiguous()
+        page_size, num_pages, max_pages = k_cache.shape[1], k_cache.shape[0], block_table.shape[1]
+        seqlen_k = max_pages * page_size
+    else:
+        if k_cache.shape[0] != batch:
+            raise ValueError(f"k_cache.shape[0] = {k_cache.shape[0]}; allowed: batch = {batch} (a contiguous cache)")
+        page_size = num_pages = max_pages = 0
+        seqlen_k = k_cache.shape[1]
+    if softmax_scale is None:
+        softmax_scale = head_dim ** -0.5
+    elif not (isinstance(softmax_scale, (int, float)) and 0 < softmax_scale < float("inf")):
+        raise ValueError(f"softmax_scale = {softmax_scale!r}; allowed: None (1/sqrt(head_dim)) or a positive number")
+    num_splits = _integer("num_splits", num_splits, 0, "0 (chosen for the GPU) or 1..256")
+    q, k_cache, v_cache = _heads_contiguous(q, k_cache, v_cache)
+    if seqlen_new:
+        k, v = _heads_contiguous(k, v)
+    host = []
+    if check_inputs:
+        host.append(_abi.int_array(cache_seqlens.tolist()))
+        if paged:
+            host.append(_abi.int_array(block_table.flatten().tolist()))
+
+    library = _abi.library()
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    pointer = lambda t: (t.data_ptr(), (t.stride(0), t.stride(1), t.stride(2)))
+    problem = _abi.make_problem(dtype=_KERNEL_DTYPES[q.dtype], batch=batch, heads_q=heads_q, heads_kv=heads_kv,
+                                seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim=head_dim, softmax_scale=softmax_scale,
+                                causal=bool(causal), bottom_right=True)
+    cache = _abi.make_kv_cache(
+        k_cache=pointer(k_cache), v_cache=pointer(v_cache), cache_seqlens=cache_seqlens.data_ptr(),
+        block_table=block_table.data_ptr() if paged else None, page_size=page_size, num_pages=num_pages,
+        max_pages_per_sequence=max_pages, k_new=pointer(k) if seqlen_new else None,
+        v_new=pointer(v) if seqlen_new else None, seqlen_new=seqlen_new,
+        host_cache_seqlens=host[0] if host else None, host_block_table=host[1] if len(host) > 1 else None)
+
+    def launch(stream):
+        size = library.decode_workspace_bytes(problem, cache, num_splits)
+        workspace = _decode_workspace(q.device, stream, size) if size else None
+        library.decode(problem, cache, num_splits, pointer(q), pointer(out),
+                       (lse.data_ptr(), (lse.stride(0), lse.stride(2), lse.stride(1))),
+                       workspace.data_ptr() if workspace is not None else 0, size, False, stream)
+    _on_device(q.device, launch)
+    return (out, lse) if return_softmax_lse else out
+
+
+def _on_device(device, launch):
+    """launch(stream) on torch's current stream of the CUDA device `device`."""
+    if device.type != "cuda":
+        raise ValueError(f"q is on {device}; allowed: a CUDA device")
+    with torch.cuda.device(device):
+        launch(torch.cuda.current_stream(device).cuda_stream)

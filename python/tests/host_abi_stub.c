@@ -171,3 +171,72 @@ int flashlab_backward(int generation, const FlashlabProblem* p, int deterministi
   message = "";
   return FLASHLAB_OK;
 }
+
+/* Decoding in double: the new tokens copied into the cache at cache_seqlens (read through the host
+ * copies, which the stub requires; on the host, "device" arrays are host arrays too), then every
+ * query token against its sequence's keys through the block table. No workspace is used. */
+static int64_t cache_row(const FlashlabKvCache* c, int b, int key, int64_t* batch_index) {
+  if (c->block_table == NULL) return *batch_index = b, key;
+  *batch_index = c->block_table[(int64_t)b * c->max_pages_per_sequence + key / c->page_size];
+  return key % c->page_size;
+}
+
+int flashlab_decode(const FlashlabProblem* p, const FlashlabKvCache* c, int num_splits, void* q, const int64_t* qs,
+                    void* o, const int64_t* os, float* lse, const int64_t* ls, void* workspace, int64_t workspace_bytes,
+                    int stream_only, void* stream) {
+  (void)num_splits, (void)workspace, (void)workspace_bytes, (void)stream;
+  if (refuse_unless_bf16(p)) return FLASHLAB_REFUSED;
+  if (c->host_cache_seqlens == NULL || stream_only) {
+    message = "host stub: host_cache_seqlens, stream_only; allowed: given, 0";
+    return FLASHLAB_REFUSED;
+  }
+  const int group = p->heads_q / p->heads_kv, d = p->head_dim, tokens = p->seqlen_q;
+  const double scale = scale_of(p);
+  for (int b = 0; b < p->batch; ++b) {
+    const int keys = c->host_cache_seqlens[b] + c->seqlen_new;
+    for (int j = 0; j < c->seqlen_new; ++j) {
+      for (int h = 0; h < p->heads_kv; ++h) {
+        int64_t page;
+        const int64_t slot = cache_row(c, b, c->host_cache_seqlens[b] + j, &page);
+        for (int col = 0; col < d; ++col) {
+          store(c->k_cache, c->k_cache_strides, page, slot, h, col, load(c->k_new, c->k_new_strides, b, j, h, col));
+          store(c->v_cache, c->v_cache_strides, page, slot, h, col, load(c->v_new, c->v_new_strides, b, j, h, col));
+        }
+      }
+    }
+    for (int h = 0; h < p->heads_q; ++h) {
+      for (int t = 0; t < tokens; ++t) {
+        const int last = p->causal ? t + keys - tokens : keys - 1; /* bottom-right */
+        double row_max = -INFINITY, sum = 0, acc[512] = {0};
+        for (int pass = 0; pass < 2; ++pass) {
+          for (int key = 0; key <= last && key < keys; ++key) {
+            int64_t page;
+            const int64_t slot = cache_row(c, b, key, &page);
+            double dot = 0;
+            for (int col = 0; col < d; ++col) {
+              dot += load(q, qs, b, t, h, col) * load(c->k_cache, c->k_cache_strides, page, slot, h / group, col);
+            }
+            if (pass == 0) {
+              row_max = fmax(row_max, dot * scale);
+              continue;
+            }
+            const double w = exp(dot * scale - row_max);
+            sum += w;
+            for (int col = 0; col < d; ++col) acc[col] += w * load(c->v_cache, c->v_cache_strides, page, slot, h / group, col);
+          }
+        }
+        for (int col = 0; col < d; ++col) store(o, os, b, t, h, col, sum > 0 ? acc[col] / sum : 0.0);
+        lse[b * ls[0] + t * ls[1] + h * ls[2]] = sum > 0 ? (float)(row_max + log(sum)) : -INFINITY;
+      }
+    }
+  }
+  message = "";
+  return FLASHLAB_OK;
+}
+
+int flashlab_decode_workspace_bytes(const FlashlabProblem* p, const FlashlabKvCache* c, int num_splits, int64_t* bytes) {
+  (void)p, (void)c, (void)num_splits;
+  *bytes = 0;
+  message = "";
+  return FLASHLAB_OK;
+}

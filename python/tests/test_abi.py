@@ -30,11 +30,14 @@ def declarations_as_c() -> str:
     lines = ["#include <stddef.h>", "#include <stdint.h>", '#include "flashlab.h"',
              f"_Static_assert(FLASHLAB_ABI_VERSION == {_abi.ABI_VERSION}, \"ABI_VERSION\");",
              f"_Static_assert(sizeof(FlashlabProblem) == {ctypes.sizeof(_abi.FlashlabProblem)}, \"sizeof\");"]
-    for c_type, name in _abi.PROBLEM_FIELDS:
-        offset = getattr(_abi.FlashlabProblem, name).offset
-        lines.append(f"_Static_assert(offsetof(FlashlabProblem, {name}) == {offset}, \"offset of {name}\");")
-        lines.append(f"_Static_assert(_Generic(((FlashlabProblem*)0)->{name}, {c_type}: 1, default: 0), "
-                     f"\"type of {name}\");")
+    lines.append(f"_Static_assert(sizeof(FlashlabKvCache) == {ctypes.sizeof(_abi.FlashlabKvCache)}, \"sizeof\");")
+    for struct, fields, ctype in (("FlashlabProblem", _abi.PROBLEM_FIELDS, _abi.FlashlabProblem),
+                                  ("FlashlabKvCache", _abi.KV_CACHE_FIELDS, _abi.FlashlabKvCache)):
+        for c_type, name in fields:
+            offset = getattr(ctype, name).offset
+            lines.append(f"_Static_assert(offsetof({struct}, {name}) == {offset}, \"offset of {name}\");")
+            lines.append(f"_Static_assert(_Generic((({struct}*)0)->{name}, {c_type}: 1, default: 0), "
+                         f"\"type of {name}\");")
     for name, (result, parameters) in _abi.FUNCTIONS.items():
         lines.append(f"{result} (*check_{name})({', '.join(parameters) or 'void'}) = {name};")
     return "\n".join(lines) + "\n"
@@ -68,6 +71,7 @@ def stub_library(tmp_path, version=_abi.ABI_VERSION, status=_abi.REFUSED, messag
                  omit=()):
     """A shared library with the ABI's symbols: every entry returns `status` and sets `message`."""
     body = ["#include <stdint.h>", "typedef struct FlashlabProblem FlashlabProblem;",
+            "typedef struct FlashlabKvCache FlashlabKvCache;",
             f'static const char* message = "{message}";', "const char* flashlab_last_error(void) { return message; }",
             f"int flashlab_abi_version(void) {{ return {version}; }}"]
     for name, (result, parameters) in _abi.FUNCTIONS.items():

@@ -107,3 +107,60 @@ def test_heads_that_are_not_contiguous_are_copied_for_the_abi(host_kernels):
     assert torch.equal(ops.flash_attn_func(q_strided, k, v, generation="fa2"), expected)
     out, _ = ops.attention_forward(q_strided, k, v, None, None, 9, 11, 0.25, False, -1, -1, False, 2)
     assert torch.equal(out, expected)
+
+
+def test_decode_against_a_paged_and_a_contiguous_cache(host_kernels, monkeypatch):
+    # flash_attn_with_kvcache's arguments as the ABI gets them: the cache's (page, slot, head)
+    # strides, the block table, the new tokens, the LSE's layout; on the host stub's decode.
+    monkeypatch.setattr(ops, "_on_device", lambda device, launch: launch(0))
+    generator = torch.Generator().manual_seed(5)
+    batch, tokens, heads_q, heads_kv, d, page = 2, 3, 4, 2, 16, 16
+    lengths, appended = [20, 7], 2
+    q = torch.randn(batch, tokens, heads_q, d, generator=generator).to(torch.bfloat16)
+    keys = torch.randn(batch, 48, heads_kv, d, generator=generator).to(torch.bfloat16)
+    values = torch.randn(batch, 48, heads_kv, d, generator=generator).to(torch.bfloat16)
+    new_k = torch.randn(batch, appended, heads_kv, d, generator=generator).to(torch.bfloat16)
+    new_v = torch.randn(batch, appended, heads_kv, d, generator=generator).to(torch.bfloat16)
+    table = torch.tensor([[5, 0, 3], [1, 4, 2]], dtype=torch.int32)
+    k_pages = torch.zeros(6, page, heads_kv, d, dtype=torch.bfloat16)
+    v_pages = torch.zeros_like(k_pages)
+    for b in range(batch):
+        for p in range(3):
+            k_pages[table[b, p]] = keys[b, p * page:(p + 1) * page]
+            v_pages[table[b, p]] = values[b, p * page:(p + 1) * page]
+    seqlens = torch.tensor(lengths, dtype=torch.int32)
+    for causal in (False, True):
+        expected = []
+        for b, length in enumerate(lengths):
+            k_all = torch.cat([keys[b, :length], new_k[b]]).double().repeat_interleave(heads_q // heads_kv, 1)
+            v_all = torch.cat([values[b, :length], new_v[b]]).double().repeat_interleave(heads_q // heads_kv, 1)
+            scores = torch.einsum("thc,khc->htk", q[b].double(), k_all) * d ** -0.5
+            if causal:
+                total = length + appended
+                hidden = torch.arange(total)[None, :] > torch.arange(tokens)[:, None] + total - tokens
+                scores = scores.masked_fill(hidden, float("-inf"))
+            expected.append(torch.einsum("htk,khc->thc", torch.softmax(scores, -1), v_all))
+        expected = torch.stack(expected)
+        for cache in ("contiguous", "paged"):
+            k_cache, v_cache = (keys.clone(), values.clone()) if cache == "contiguous" else (k_pages.clone(), v_pages.clone())
+            out, lse = ops.flash_attn_with_kvcache(q, k_cache, v_cache, k=new_k, v=new_v, cache_seqlens=seqlens,
+                                                   block_table=None if cache == "contiguous" else table, causal=causal,
+                                                   return_softmax_lse=True)
+            close(out, expected, 2e-2)
+            assert lse.shape == (batch, heads_q, tokens)
+            for b, length in enumerate(lengths):
+                for j in range(appended):
+                    key = length + j
+                    where = (b, key) if cache == "contiguous" else (table[b, key // page], key % page)
+                    assert torch.equal(k_cache[where], new_k[b, j]) and torch.equal(v_cache[where], new_v[b, j])
+
+
+def test_decode_refuses_what_it_does_not_do(host_kernels):
+    q = torch.zeros(1, 1, 4, 16, dtype=torch.bfloat16)
+    cache = torch.zeros(1, 8, 2, 16, dtype=torch.bfloat16)
+    for kwargs, name in ((dict(rotary_cos=q), "rotary_cos"), (dict(alibi_slopes=q), "alibi_slopes"),
+                         (dict(window_size=(4, 0)), "window_size"), (dict(softcap=1.0), "softcap"),
+                         (dict(cache_seqlens=None), "cache_seqlens"), (dict(k=cache), "k and v")):
+        arguments = dict(cache_seqlens=3) | kwargs
+        with pytest.raises(ValueError, match=name):
+            ops.flash_attn_with_kvcache(q, cache, cache, **arguments)

@@ -431,3 +431,94 @@ TEST_CASE("C ABI: the GEMM's shapes, pointers and aliasing", "[abi]") {
     REQUIRE_REFUSED(flashlab_sm90_gemm_bf16(a, b, c, 64, 64, 64, nullptr), "no sm_90a code");
   }
 }
+
+// A valid decode call (bf16, batch 2, heads 8 / 2, one query token, head_dim 128) against a paged
+// cache of 8 pages of 64 slots (4 pages per sequence), with host copies of the lengths and the
+// block table, broken in one place per check.
+struct DecodeCall {
+  FlashlabProblem problem{2, 2, 8, 2, 1, 256, 128, 0.0, 0, 1, -1, -1, nullptr, nullptr, nullptr, nullptr};
+  Tensor q = flash(address(1), 1, 8, 128), o = flash(address(2), 1, 8, 128), lse = {address(3), {8, 8, 1}};
+  Tensor k_cache = flash(address(4), 64, 2, 128), v_cache = flash(address(5), 64, 2, 128);
+  std::vector<int> lengths = {10, 200}, table = {0, 1, 2, 3, 4, 5, 6, 7};
+  FlashlabKvCache cache{};
+  int num_splits = 0;
+  void prepare() {
+    cache.k_cache = k_cache.data, cache.k_cache_strides = k_cache.strides;
+    cache.v_cache = v_cache.data, cache.v_cache_strides = v_cache.strides;
+    cache.block_table = static_cast<const int*>(address(6)), cache.cache_seqlens = static_cast<const int*>(address(7));
+    cache.host_cache_seqlens = lengths.data(), cache.host_block_table = table.data();
+  }
+  int call() {
+    return flashlab_decode(&problem, &cache, num_splits, q.data, q.strides, o.data, o.strides,
+                           static_cast<float*>(lse.data), lse.strides, nullptr, 0, 0, nullptr);
+  }
+  int run() { return prepare(), call(); }
+  DecodeCall() { cache.max_pages_per_sequence = 4, cache.num_pages = 8, cache.page_size = 64; }
+};
+
+TEST_CASE("C ABI: decoding refuses bad block tables, page sizes and lengths before any launch", "[abi]") {
+  {
+    DecodeCall call;
+    CHECK_ACCEPTED(call.run());
+  }
+  {
+    DecodeCall call;
+    call.table[5] = 9;  // sequence 1's second page: past num_pages
+    REQUIRE_REFUSED(call.run(), "block_table[1][1] = 9");
+  }
+  {
+    DecodeCall call;
+    call.table[0] = -1;
+    REQUIRE_REFUSED(call.run(), "block_table[0][0] = -1");
+  }
+  {
+    DecodeCall call;
+    call.lengths[1] = 257;  // beyond the 4 x 64 keys a sequence's pages hold
+    REQUIRE_REFUSED(call.run(), "cache_seqlens[1] = 257");
+  }
+  {
+    DecodeCall call;
+    call.cache.page_size = 48;
+    REQUIRE_REFUSED(call.run(), "page_size = 48");
+  }
+  {
+    DecodeCall call;
+    call.problem.seqlen_k = 300;  // not max_pages_per_sequence * page_size
+    REQUIRE_REFUSED(call.run(), "seqlen_k = 300");
+  }
+  {
+    DecodeCall call;
+    call.problem.seqlen_q = 17;
+    call.q = flash(address(1), 17, 8, 128), call.o = flash(address(2), 17, 8, 128);
+    REQUIRE_REFUSED(call.run(), "seqlen_q = 17");
+  }
+  {
+    DecodeCall call;
+    call.num_splits = 300;
+    REQUIRE_REFUSED(call.run(), "num_splits = 300");
+  }
+  {
+    DecodeCall call;
+    call.cache.seqlen_new = 2;  // appending without the new tokens' K and V
+    REQUIRE_REFUSED(call.run(), "k_new_strides is null");
+  }
+  {
+    DecodeCall call;
+    call.o = call.q;  // the output over the input
+    REQUIRE_REFUSED(call.run(), "o shares memory with q");
+  }
+  {
+    DecodeCall call;
+    call.problem.window_left = 16;
+    REQUIRE_REFUSED(call.run(), "window_left = 16");
+  }
+  {
+    DecodeCall call;  // a contiguous cache given page fields
+    call.prepare();
+    call.cache.block_table = nullptr;
+    REQUIRE_REFUSED(call.call(), "without a block_table");
+  }
+  DecodeCall call;
+  call.prepare();
+  REQUIRE_REFUSED(flashlab_decode_workspace_bytes(&call.problem, &call.cache, 0, nullptr), "bytes is null");
+}
