@@ -159,7 +159,7 @@ class Submission:
         self.compile_error = None  # (message, hint) when it did not compile
         self.compile_seconds = 0.0
         self.library = None
-        self.runtime_problem = ""  # why the CUDA runtime cannot use the device, when it cannot
+        self.runtime_problem = ""  # why the kernel cannot run although there is a GPU, when it cannot
         self._diagnosis = None
         self._build = tempfile.TemporaryDirectory(prefix="flashlab_lab06_")
         self._compile()
@@ -190,7 +190,11 @@ class Submission:
                                   + compile_errors(done.stdout + done.stderr), COMPILE_HINT)
 
     def _load(self):
-        self.library = ctypes.CDLL(str(self.library_path))
+        try:
+            self.library = ctypes.CDLL(str(self.library_path))
+        except OSError as error:
+            self.runtime_problem = f"the compiled library does not load ({error})"
+            return
         self.library.lab06_device_count.restype = ctypes.c_int
         self.library.lab06_device_count.argtypes = [ctypes.c_char_p, ctypes.c_int]
         self.library.lab06_forward.restype = ctypes.c_int
@@ -198,14 +202,15 @@ class Submission:
                                                + [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_int])
         message = ctypes.create_string_buffer(512)
         if self.library.lab06_device_count(message, 512) < 1:
-            self.runtime_problem = message.value.decode(errors="replace") or "the CUDA runtime sees no device"
+            self.runtime_problem = ("the CUDA runtime cannot use the GPU ("
+                                    + (message.value.decode(errors="replace") or "it sees no device") + ")")
 
     def require_run(self):
         """Before a GPU check: NotRun without a GPU; a Failure when there is nothing to run."""
         if not self.device.available:
             raise NotRun(f"not run: {self.device.reason}")
         if self.runtime_problem:
-            raise NotRun(f"not run: the CUDA runtime cannot use the GPU ({self.runtime_problem})")
+            raise NotRun(f"not run: {self.runtime_problem}")
         if self.compile_error is not None:
             raise Failure("not run: attention.cu did not compile (see the first check)", self.compile_error[1])
         if self.todos:
