@@ -1,10 +1,10 @@
 // Lab 06: FlashAttention-2's forward pass as a CUDA kernel (Dao 2023, Algorithm 1).
 //
 // One thread block per (query block, head, batch): grid (ceil(seqlen_q / kBlockM), heads_q, batch).
-// Thread t of a block owns query row row_begin + t: its scores for the current key block, its
-// running max m and sum l, and its output row O, all in registers. The block's Q rows are loaded
-// into shared memory once; K and V then pass through shared memory one block of kBlockN keys at a
-// time, loaded by all threads together. fp16 or bf16 in and out, fp32 arithmetic, LSE in fp32.
+// Thread t of a block owns query row row_begin + t: its running max m and sum l and its output row
+// O in registers, and its scores for the current key block. The block's Q rows are loaded into
+// shared memory once; K and V then pass through shared memory one block of kBlockN keys at a time,
+// loaded by all threads together. fp16 or bf16 in and out, fp32 arithmetic, LSE in fp32.
 //
 // What you write (each marked TODO n and LAB06_TODO(n): delete the LAB06_TODO line when done):
 //   TODO 1  the loop over key blocks (Algorithm 1, lines 6-8): the last block is narrower, and
@@ -156,8 +156,9 @@ __global__ void __launch_bounds__(kBlockM) attention_forward_kernel(const Forwar
 
   // TODO 1: the loop over key blocks (lines 6-8). Key blocks start at 0, kBlockN, 2 kBlockN, ...;
   // the last one holds keys_in_block = min(kBlockN, seqlen_k - key_start) keys. With a causal
-  // mask, stop after the last key the block's last row (row_begin + rows_in_block - 1) sees
-  // (last_visible_key): the blocks after it are hidden entirely, and FA2 skips them. Per block:
+  // mask, stop after the last key the block's last row (row_begin + rows_in_block - 1) sees:
+  // last_visible_key(p, that row) + 1 (seqlen_k without a mask); the blocks after it are hidden
+  // entirely, and FA2 skips them. Per block:
   // wait until every thread is done with the previous K and V (__syncthreads), load K_j and V_j
   // (load_tile; line 7), wait until they are in (__syncthreads), score the block (score_block;
   // line 8) into a float s[kBlockN], and fold it in (online_softmax_update; lines 9-10).
@@ -189,8 +190,8 @@ void launch(const ForwardArgs& args, cudaStream_t stream) {
 
 const char* attention_forward(const ForwardArgs& args, cudaStream_t stream) {
   const AttentionProblem& p = args.problem;
-  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim is not supported; allowed: 64, 128";
-  if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return "heads_q is not a multiple of heads_kv";
+  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim: allowed 64 or 128";
+  if (p.heads_kv < 1 || p.heads_q % p.heads_kv != 0) return "heads_q: allowed a multiple of heads_kv";
   if (p.head_dim == 64) {
     p.bf16 ? launch<__nv_bfloat16, 64>(args, stream) : launch<__half, 64>(args, stream);
   } else {

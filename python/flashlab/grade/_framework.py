@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -235,6 +236,14 @@ def worker_main(lab_name: str, path: str) -> int:
     return 0
 
 
+SCRATCH_VARIABLE = "FLASHLAB_GRADE_SCRATCH"  # the worker's scratch folder, made and removed by grade()
+
+
+def scratch_folder() -> str:
+    """The worker's scratch folder (grade() gives one; a new temporary one otherwise)."""
+    return os.environ.get(SCRATCH_VARIABLE) or tempfile.mkdtemp(prefix="flashlab_grade_")
+
+
 def _limit_memory(megabytes: Optional[int]):
     def apply():
         os.setsid()  # a process group of its own: a time limit ends the worker and whatever it started
@@ -312,8 +321,13 @@ def grade(lab: str, submission, *, time_limit: float = 120.0, memory_limit: int 
     # there too: its parent folder first on the path, absolute.
     package_parent = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    out, err, returncode, note = run_limited(command, env=env, cwd=str(path.resolve().parent), time_limit=time_limit,
-                                             memory_limit=memory_limit, memory_rule=found.memory_rule)
+    # A scratch folder for what the worker builds (lab 06's library), removed here even when a
+    # limit ended the worker.
+    with tempfile.TemporaryDirectory(prefix="flashlab_grade_") as scratch:
+        env[SCRATCH_VARIABLE] = scratch
+        out, err, returncode, note = run_limited(command, env=env, cwd=str(path.resolve().parent),
+                                                 time_limit=time_limit, memory_limit=memory_limit,
+                                                 memory_rule=found.memory_rule)
     done = {}
     for line in out.splitlines():
         try:

@@ -27,13 +27,12 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ._framework import Check, Failure, Lab, NotRun
+from ._framework import Check, Failure, Lab, NotRun, scratch_folder
 
 HARNESS = Path(__file__).with_name("lab06_harness.cu")
 SUBMISSION = "attention.cu"
@@ -161,7 +160,7 @@ class Submission:
         self.library = None
         self.runtime_problem = ""  # why the kernel cannot run although there is a GPU, when it cannot
         self._diagnosis = None
-        self._build = tempfile.TemporaryDirectory(prefix="flashlab_lab06_")
+        self.build_dir = Path(scratch_folder())
         self._compile()
         if self.compile_error is None and self.device.available:
             self._load()
@@ -173,7 +172,7 @@ class Submission:
                                   (f"not in CUDA_HOME/bin ({home})" if home else "CUDA_HOME is not set"),
                                   "install the CUDA toolkit, or put its bin/ on the PATH or set CUDA_HOME")
             return
-        build = Path(self._build.name)
+        build = self.build_dir
         shutil.copyfile(self.path, build / SUBMISSION)
         shutil.copyfile(HARNESS, build / HARNESS.name)
         self.library_path = build / "lab06.so"
