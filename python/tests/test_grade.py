@@ -336,3 +336,13 @@ def test_the_resident_memory_limit_ends_a_process_that_keeps_allocating():
     out, err, status, note = _framework.run_limited([sys.executable, "-c", "print('done')"], time_limit=30,
                                                     memory_limit=512, memory_rule="resident")
     assert (out, status, note) == ("done\n", 0, "")
+
+
+@needs_nvcc
+def test_lab06_a_gpu_this_nvcc_cannot_compile_for_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab06, "probe_device", lambda: lab06.Device(True, name="an old GPU", arch="sm_60"))
+    monkeypatch.setenv(_framework.SCRATCH_VARIABLE, str(tmp_path))
+    submission = lab06.load(lab06_mistakes.SOLUTION)
+    assert submission.compile_error[0] == "this nvcc cannot compile for the GPU here (sm_60, an old GPU)"
+    with pytest.raises(grade.Failure, match="did not compile"):
+        submission.require_run()

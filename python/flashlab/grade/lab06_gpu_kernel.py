@@ -184,9 +184,13 @@ class Submission:
             self.compile_error = (f"nvcc did not finish in {COMPILE_TIME_LIMIT} s", COMPILE_HINT)
             return
         self.compile_seconds = time.monotonic() - start
-        if done.returncode != 0:
+        output = done.stdout + done.stderr
+        if done.returncode != 0 and re.search(r"[Uu]nsupported gpu architecture|not defined for option 'gpu-arch", output):
+            self.compile_error = (f"this nvcc cannot compile for the GPU here ({self.arch}, {self.device.name})",
+                                  "grade on a GPU this CUDA toolkit supports, or with a toolkit that supports this GPU")
+        elif done.returncode != 0:
             self.compile_error = (f"nvcc -arch={self.arch} failed (exit status {done.returncode}):\n"
-                                  + compile_errors(done.stdout + done.stderr), COMPILE_HINT)
+                                  + compile_errors(output), COMPILE_HINT)
 
     def _load(self):
         try:
