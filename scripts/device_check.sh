@@ -4,13 +4,15 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 variants compare compare-bench python decode (default: build tests bench).
+# sanitize-sm90 fa4 variants compare compare-bench python lab06 decode (default: build tests bench).
+# python: the Python package in the build tree (flashlab._core and the kernel library) and its
+# pytest suite, the GPU tests (marker gpu) included. lab06: the course's lab-06 grader on this GPU
+# (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is built, the kernels are not): the
+# reference solution, the untouched skeleton and each planted mistake graded, a score line each.
 # decode: the decode rung's GPU tests, its benchmark against SDPA's flash and cuDNN with the
-# read-only ceiling, Nsight Compute's DRAM bytes beside the KV bytes, and memcheck on a small grid. python: the Python
-# package in the build tree (flashlab._core and the kernel library) and its pytest suite, the GPU
-# tests (marker gpu) included. compare: COMPARE_PATCHES="<git diff
-# file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
-# bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
+# read-only ceiling, Nsight Compute's DRAM bytes beside the KV bytes, and memcheck on a small grid.
+# compare: COMPARE_PATCHES="<git diff file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds
+# the Hopper kernels with the bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -39,6 +41,24 @@ step_python() {
     >"$OUT/python_tests.log" 2>&1 || status=1
   echo "python package tests: status $status in $(( $(date +%s) - start )) s"
   tail -15 "$OUT/python_tests.log"
+}
+step_lab06() {
+  # The grader compiles each submission with nvcc for this GPU and checks it with the reference-test
+  # library; the test prints one line per report ("lab06 <submission> score S / 10 [per check]").
+  start=$(date +%s)
+  cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DFLASHLAB_BUILD_VIZ=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DPython_EXECUTABLE="$(command -v python3)" >>"$OUT/build.log" 2>&1 \
+    && cmake --build $BUILD --target flashlab_python_core -j16 >>"$OUT/build.log" 2>&1 \
+    || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; status=1; return; }
+  echo "lab06: flashlab._core ready in $(( $(date +%s) - start )) s"
+  start=$(date +%s)
+  local lab_status=0
+  PYTHONPATH=$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest -q -s -rs -p no:cacheprovider \
+    python/tests/gpu/test_grade_lab06.py >"$OUT/lab06.log" 2>&1 || lab_status=1
+  [ $lab_status = 0 ] || status=1
+  echo "lab06 grader on the GPU: status $lab_status in $(( $(date +%s) - start )) s (reports in $OUT/lab06.log)"
+  grep -E "^lab06 " "$OUT/lab06.log"
+  grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/lab06.log" | tail -12
 }
 step_example() {
   # The reference library's report on the outside example kernel with the planted bug.

@@ -2,17 +2,23 @@
 marks, every untouched skeleton zero with a clear message, planted mistakes lose the points they
 should with the hint meant for them, and a submission that never ends is stopped by the limit."""
 
+import concurrent.futures
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("numpy")
 from flashlab import grade  # noqa: E402
+from flashlab.grade import _framework, lab06_gpu_kernel as lab06  # noqa: E402
+
+import lab06_mistakes  # noqa: E402
 
 LABS = Path(__file__).resolve().parents[2] / "notebooks" / "labs"
+PYTHON_LABS = [lab for lab in grade.labs() if lab.load is None]  # lab 06 is CUDA C++, below
 
 
 def solution(lab):
@@ -33,13 +39,13 @@ def results(report):
     return {r.name: r for r in report.results}
 
 
-@pytest.mark.parametrize("lab", grade.labs(), ids=lambda lab: lab.folder)
+@pytest.mark.parametrize("lab", PYTHON_LABS, ids=lambda lab: lab.folder)
 def test_reference_solution_gets_full_marks(lab):
     report = grade.grade(lab.key, solution(lab))
     assert report.score == report.max_score == 10, report.text()
 
 
-@pytest.mark.parametrize("lab", grade.labs(), ids=lambda lab: lab.folder)
+@pytest.mark.parametrize("lab", PYTHON_LABS, ids=lambda lab: lab.folder)
 def test_untouched_skeleton_gets_zero_with_a_clear_message(lab):
     report = grade.grade(lab.key, LABS / lab.folder / lab.submission)
     assert report.score == 0 and report.max_score == 10
@@ -145,6 +151,10 @@ def test_release_leaves_the_solutions_out_and_never_overwrites(tmp_path):
     assert "01_online_softmax/lab.ipynb" in files and "README.md" in files
     assert not any(f.startswith("solutions") or f.endswith("INSTRUCTOR.md") for f in files)
     assert not (tmp_path / "release" / "solutions").exists()
+    # Lab 06: the skeleton, never the solution
+    assert {"06_gpu_kernel/attention.cu", "06_gpu_kernel/lab.ipynb"} <= set(files)
+    released = (tmp_path / "release" / "06_gpu_kernel" / "attention.cu").read_text()
+    assert released == lab06_mistakes.SKELETON.read_text() != lab06_mistakes.SOLUTION.read_text()
     with pytest.raises(ValueError, match="not empty"):
         grade.release(LABS, tmp_path / "release")
 
@@ -220,3 +230,119 @@ def test_lab04_splits_without_the_key_block_cap(tmp_path):
     report = planted(tmp_path, "04", "    return min(key_blocks, max(1, -(-sms // units)))", "    return max(1, -(-sms // units))")
     r = results(report)["splits_to_fill: how many splits fill the GPU"]
     assert r.points == 0 and "no more chunks than key blocks" in r.hint
+
+
+# ------------------------------------------------------------------------------------------------
+# Lab 06, a CUDA kernel: here (no GPU, or none made visible) nvcc compiles the solution, the
+# skeleton and each planted mistake, and every GPU check is reported NOT RUN; gpu/test_grade_lab06.py
+# grades them on a GPU.
+
+needs_nvcc = pytest.mark.skipif(lab06.find_nvcc() is None, reason="nvcc is not on the PATH or in CUDA_HOME")
+GPU_CHECKS = [check.name for check in lab06.LAB.checks[1:]]
+
+
+@pytest.fixture(scope="module")
+def lab06_reports(tmp_path_factory):
+    """The reports of the solution, the skeleton, each planted mistake and a syntax error, graded
+    two at a time with no GPU visible (CUDA_VISIBLE_DEVICES empty: the same outcome on a GPU machine)."""
+    folder = tmp_path_factory.mktemp("lab06")
+    submissions = {"solution": lab06_mistakes.SOLUTION, "skeleton": lab06_mistakes.SKELETON,
+                   "syntax_error": lab06_mistakes.write(folder / "syntax_error", lab06_mistakes.SYNTAX_ERROR)}
+    for name, replacement in lab06_mistakes.PLANTED.items():
+        submissions[name] = lab06_mistakes.write(folder / name, replacement)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futures = {name: pool.submit(grade.grade, "06", path) for name, path in submissions.items()}
+            return {name: future.result() for name, future in futures.items()}
+
+
+def assert_gpu_checks_not_run(report):
+    for r in report.results[1:]:
+        assert r.not_run and r.status == "not run" and r.points == 0 and not r.passed, r
+        assert r.message.startswith("not run: no GPU"), r.message
+    assert "NOT RUN here: 5 checks worth 9 points, no GPU" in report.text()
+    tests = report.to_dict()["tests"]
+    assert all(t["status"] == "failed" and t["output"].startswith("NOT RUN: not run: no GPU") for t in tests[1:])
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["solution", *lab06_mistakes.PLANTED])
+def test_lab06_solution_and_planted_mistakes_compile_and_the_gpu_checks_are_not_run(lab06_reports, name):
+    report = lab06_reports[name]
+    compiled = report.results[0]
+    assert compiled.passed and compiled.message.startswith("compiled for sm_80 in "), report.text()
+    assert "compile only: no GPU" in compiled.message
+    assert [r.name for r in report.results[1:]] == GPU_CHECKS
+    assert_gpu_checks_not_run(report)
+    assert report.score == 1 and report.max_score == 10
+    assert "[NOT RUN]" in report.text() and "[PASS] compiles with nvcc" in report.text()
+
+
+@needs_nvcc
+def test_lab06_untouched_skeleton_compiles_and_is_not_written_yet(lab06_reports):
+    report = lab06_reports["skeleton"]
+    compiled = report.results[0]
+    assert compiled.points == 0 and compiled.status == "failed"
+    assert compiled.message == ("not written yet: TODO 1 (the loop over key blocks), TODO 2 (the online-softmax "
+                                "update), TODO 3 (the causal mask's edge) still marked by LAB06_TODO in attention.cu")
+    assert compiled.hint == lab06.TODO_HINT
+    assert_gpu_checks_not_run(report)
+    assert report.score == 0
+
+
+@needs_nvcc
+def test_lab06_a_syntax_error_shows_nvcc_s_first_error_and_its_hint(lab06_reports):
+    report = lab06_reports["syntax_error"]
+    compiled = report.results[0]
+    assert compiled.points == 0 and compiled.hint == lab06.COMPILE_HINT
+    lines = compiled.message.splitlines()
+    assert lines[0] == "nvcc -arch=sm_80 failed (exit status 2):"
+    assert lines[1].startswith("attention.cu(") and "): error: expected a \";\"" in lines[1], compiled.message
+    assert "warning" not in compiled.message and len(lines) <= 14
+    assert_gpu_checks_not_run(report)
+
+
+def test_lab06_without_nvcc_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvcc there
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    report = grade.grade("06", lab06_mistakes.SOLUTION)
+    compiled = report.results[0]
+    assert compiled.points == 0 and compiled.message == "nvcc not found: not on the PATH, and CUDA_HOME is not set"
+    assert "install the CUDA toolkit" in compiled.hint
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    report = grade.grade("06", lab06_mistakes.SOLUTION)
+    assert report.results[0].message.endswith(f"not in CUDA_HOME/bin ({tmp_path / 'cuda'})")
+
+
+def test_lab06_todo_markers_count_only_in_code():
+    source = lab06_mistakes.SKELETON.read_text()
+    assert lab06.todo_markers(source) == [1, 2, 3]
+    assert lab06.todo_markers(lab06_mistakes.SOLUTION.read_text()) == []  # the #define is not a marker
+    assert lab06.todo_markers("// LAB06_TODO(1);\n/* LAB06_TODO(2); */\n  LAB06_TODO( 3 );\n") == [3]
+
+
+def test_the_resident_memory_limit_ends_a_process_that_keeps_allocating():
+    start = time.monotonic()
+    out, err, status, note = _framework.run_limited(
+        [sys.executable, "-c", "import time\nx = bytearray(1536 << 20)\nprint('allocated', flush=True)\ntime.sleep(60)"],
+        time_limit=60, memory_limit=512, memory_rule="resident")
+    assert "memory limit (512 MB resident)" in note and status != 0
+    assert time.monotonic() - start < 30
+    out, err, status, note = _framework.run_limited([sys.executable, "-c", "import time; time.sleep(60)"],
+                                                    time_limit=1, memory_limit=512, memory_rule="resident")
+    assert "time limit (1 s)" in note
+    out, err, status, note = _framework.run_limited([sys.executable, "-c", "print('done')"], time_limit=30,
+                                                    memory_limit=512, memory_rule="resident")
+    assert (out, status, note) == ("done\n", 0, "")
+
+
+@needs_nvcc
+def test_lab06_a_gpu_this_nvcc_cannot_compile_for_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab06, "probe_device", lambda: lab06.Device(True, name="an old GPU", arch="sm_60"))
+    monkeypatch.setenv(_framework.SCRATCH_VARIABLE, str(tmp_path))
+    submission = lab06.load(lab06_mistakes.SOLUTION)
+    assert submission.compile_error[0] == "this nvcc cannot compile for the GPU here (sm_60, an old GPU)"
+    with pytest.raises(grade.Failure, match="did not compile"):
+        submission.require_run()

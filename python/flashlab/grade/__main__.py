@@ -26,7 +26,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["list"]:
         for lab in _framework.labs():
-            print(f"{lab.key}  {lab.folder:24s} {lab.title} (hand in {lab.submission})")
+            needs = f"; needs {lab.requires}" if lab.requires else ""
+            print(f"{lab.key}  {lab.folder:24s} {lab.title} (hand in {lab.submission}{needs})")
         return 0
     if argv[:1] == ["release"]:
         parser = _Parser(prog="flashlab-grade release")
@@ -41,11 +42,12 @@ def main(argv=None) -> int:
         print(f"released {len(files)} files to {args.out} (solutions left out)")
         return 0
     parser = _Parser(prog="flashlab-grade", description="Grades a course lab's submission.")
-    parser.add_argument("lab", help="the lab: 01, 02, or its folder name (flashlab-grade list)")
+    parser.add_argument("lab", help="the lab: 01 ... 06, or its folder name (flashlab-grade list)")
     parser.add_argument("submission", help="the file handed in")
     parser.add_argument("--json", help="also write the results.json autograding services read")
     parser.add_argument("--time-limit", type=float, default=120.0, help="seconds for the whole lab (default 120)")
-    parser.add_argument("--memory-limit", type=int, default=4096, help="MB of address space (default 4096)")
+    parser.add_argument("--memory-limit", type=int, default=4096,
+                        help="MB of address space, or for lab 06 of resident memory (default 4096)")
     args = parser.parse_args(argv)
     try:
         report = _framework.grade(args.lab, args.submission, time_limit=args.time_limit, memory_limit=args.memory_limit)

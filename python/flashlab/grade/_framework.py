@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,11 @@ class Failure(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+
+
+class NotRun(Exception):
+    """A check that cannot run on this machine (lab 06's GPU checks where there is no GPU): it
+    scores 0 and is reported NOT RUN with the reason, never as a pass."""
 
 
 # What the memory model says when a tile reaches past a matrix's edge (a Range check, a load), and
@@ -44,7 +52,8 @@ def traffic_differences(got: dict, expected: dict) -> str:
 
 @dataclass
 class Check:
-    """One graded test of a lab: `run(submission)` raises Failure (or any error) when it fails."""
+    """One graded test of a lab: `run(submission)` raises Failure (or any error) when it fails,
+    NotRun when it cannot run here; it may return a str that says what it found."""
 
     name: str
     points: int
@@ -61,6 +70,13 @@ class Lab:
     checks: list
     # Hints for the errors a mistake raises: (a phrase of the error's message, the hint).
     error_hints: list = field(default_factory=list)
+    # How the worker turns the submission's path into what the checks get: None imports it as a
+    # Python module; lab 06 compiles it (nvcc) and loads the library.
+    load: Optional[Callable] = None
+    # What the memory limit bounds: "address_space" (RLIMIT_AS), or "resident" (the worker's
+    # resident memory, watched by the grader: CUDA reserves far more address space than it uses).
+    memory_rule: str = "address_space"
+    requires: str = ""  # what grading needs beyond the package, for `flashlab-grade list`
 
 
 @dataclass
@@ -70,14 +86,20 @@ class TestResult:
     max_points: float
     message: str
     hint: str = ""
+    not_run: bool = False  # could not run here (no GPU): 0 points, never a pass
 
     @property
     def passed(self) -> bool:
-        return self.points == self.max_points
+        return not self.not_run and self.points == self.max_points
+
+    @property
+    def status(self) -> str:
+        return "not run" if self.not_run else "passed" if self.passed else "failed"
 
     def to_dict(self) -> dict:
-        """A test as autograding services' results.json has it."""
-        output = self.message + (f"\nHint: {self.hint}" if self.hint else "")
+        """A test as autograding services' results.json has it. Their status is passed or failed:
+        a check not run is "failed" there, with 0 points and its output saying NOT RUN and why."""
+        output = ("NOT RUN: " if self.not_run else "") + self.message + (f"\nHint: {self.hint}" if self.hint else "")
         return {"name": self.name, "score": self.points, "max_score": self.max_points,
                 "status": "passed" if self.passed else "failed", "output": output}
 
@@ -97,11 +119,23 @@ class Report:
     def max_score(self) -> float:
         return sum(r.max_points for r in self.results)
 
+    @property
+    def not_run_note(self) -> str:
+        """What was not run here, and why (empty when every check ran)."""
+        skipped = [r for r in self.results if r.not_run]
+        if not skipped:
+            return ""
+        points = sum(r.max_points for r in skipped)
+        reason = skipped[0].message.removeprefix("not run: ")
+        return (f"NOT RUN here: {len(skipped)} checks worth {points:g} points, {reason}. They score 0 here and count "
+                "only where they run.")
+
     def to_dict(self) -> dict:
         """The results.json format autograding services accept (score, tests, output)."""
         output = f"Lab {self.lab.key} ({self.lab.title}): {self.score:g} / {self.max_score:g}"
-        if self.note:
-            output += f"\n{self.note}"
+        for line in (self.note, self.not_run_note):
+            if line:
+                output += f"\n{line}"
         return {"score": self.score, "max_score": self.max_score, "output": output,
                 "tests": [r.to_dict() for r in self.results]}
 
@@ -110,15 +144,16 @@ class Report:
 
     def text(self) -> str:
         lines = [f"Lab {self.lab.key}: {self.lab.title}", f"submission: {self.submission}", ""]
+        marks = {"passed": "PASS", "failed": "FAIL", "not run": "NOT RUN"}
         for r in self.results:
-            mark = "PASS" if r.passed else "FAIL"
-            lines.append(f"[{mark}] {r.name}: {r.points:g} / {r.max_points:g}")
+            lines.append(f"[{marks[r.status]}] {r.name}: {r.points:g} / {r.max_points:g}")
             for line in r.message.splitlines():
                 lines.append(f"       {line}")
             if r.hint and not r.passed:
                 lines.append(f"       hint: {r.hint}")
-        if self.note:
-            lines += ["", self.note]
+        for note in (self.note, self.not_run_note):
+            if note:
+                lines += ["", note]
         lines += ["", f"score: {self.score:g} / {self.max_score:g}"]
         return "\n".join(lines)
 
@@ -128,9 +163,9 @@ class Report:
 
 def _labs() -> dict:
     from . import (lab01_online_softmax, lab02_tiled_attention, lab03_backward, lab04_flash_decoding,
-                   lab05_io_model_experiment)
+                   lab05_io_model_experiment, lab06_gpu_kernel)
     chosen = (lab01_online_softmax.LAB, lab02_tiled_attention.LAB, lab03_backward.LAB, lab04_flash_decoding.LAB,
-              lab05_io_model_experiment.LAB)
+              lab05_io_model_experiment.LAB, lab06_gpu_kernel.LAB)
     return {lab.key: lab for lab in chosen}
 
 
@@ -179,7 +214,7 @@ def worker_main(lab_name: str, path: str) -> int:
     lab = find_lab(lab_name)
     emit = lambda record: print(json.dumps(record), flush=True)  # noqa: E731
     try:
-        module = _load_submission(path)
+        module = (lab.load or _load_submission)(path)
     except BaseException as error:  # noqa: BLE001 (a submission may raise anything)
         message = f"the submission does not load: {type(error).__name__}: {error}"
         for check in lab.checks:
@@ -187,10 +222,12 @@ def worker_main(lab_name: str, path: str) -> int:
         return 0
     for check in lab.checks:
         try:
-            check.run(module)
-            emit({"name": check.name, "passed": True, "message": "ok", "hint": ""})
+            said = check.run(module)  # a check may say what it found (a str), or nothing
+            emit({"name": check.name, "passed": True, "message": said if isinstance(said, str) else "ok", "hint": ""})
         except Failure as failure:
             emit({"name": check.name, "passed": False, "message": failure.message, "hint": failure.hint or check.hint})
+        except NotRun as reason:
+            emit({"name": check.name, "passed": False, "not_run": True, "message": str(reason), "hint": ""})
         except BaseException as error:  # noqa: BLE001
             hint = next((h for phrase, h in lab.error_hints if phrase in str(error)), check.hint)
             if isinstance(error, NotImplementedError):
@@ -199,17 +236,78 @@ def worker_main(lab_name: str, path: str) -> int:
     return 0
 
 
-def _limit_memory(megabytes: int):
+SCRATCH_VARIABLE = "FLASHLAB_GRADE_SCRATCH"  # the worker's scratch folder, made and removed by grade()
+
+
+def scratch_folder() -> str:
+    """The worker's scratch folder (grade() gives one; a new temporary one otherwise)."""
+    return os.environ.get(SCRATCH_VARIABLE) or tempfile.mkdtemp(prefix="flashlab_grade_")
+
+
+def _limit_memory(megabytes: Optional[int]):
     def apply():
-        import resource
-        limit = megabytes * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        os.setsid()  # a process group of its own: a time limit ends the worker and whatever it started
+        if megabytes is not None:
+            import resource
+            limit = megabytes * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return apply
+
+
+def _resident_megabytes(pid: int) -> float:
+    """The resident memory of a process (Linux /proc; 0 where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def run_limited(command, *, env=None, cwd=None, time_limit: float, memory_limit: int,
+                memory_rule: str = "address_space"):
+    """Runs `command` with its output captured, under `time_limit` seconds and `memory_limit` MB:
+    of address space (RLIMIT_AS), or, with memory_rule "resident", of resident memory, which the
+    grader watches and ends the process past. Returns (stdout, stderr, returncode, note), the note
+    saying which limit ended it ("" when none did). The process and everything it started end
+    with it."""
+    posix = os.name == "posix"
+    preexec = _limit_memory(memory_limit if memory_rule == "address_space" else None) if posix else None
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                               preexec_fn=preexec)
+
+    def end():
+        if posix:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # the worker's group: it and, say, its nvcc
+            except (ProcessLookupError, PermissionError):
+                pass
+        process.kill()
+        return process.communicate()
+
+    watch = memory_rule == "resident"
+    deadline = time.monotonic() + time_limit
+    while True:
+        try:
+            out, err = process.communicate(timeout=max(0.01, min(0.2 if watch else time_limit, deadline - time.monotonic())))
+            return out, err, process.returncode, ""
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            out, err = end()
+            return out, err, process.returncode, (
+                f"The grading stopped at its time limit ({time_limit:g} s): the checks not reported took too long "
+                "(a loop that never ends?).")
+        if watch and _resident_megabytes(process.pid) > memory_limit:
+            out, err = end()
+            return out, err, process.returncode, (
+                f"The grading stopped at its memory limit ({memory_limit} MB resident): the submission kept "
+                "allocating; the checks not reported get 0.")
 
 
 def grade(lab: str, submission, *, time_limit: float = 120.0, memory_limit: int = 4096) -> Report:
     """Grades `submission` (a path to the lab's file) on every check of `lab`, in a worker process
-    with `time_limit` seconds and `memory_limit` MB of address space; returns the Report."""
+    with `time_limit` seconds and `memory_limit` MB (of address space, or for lab 06 of resident
+    memory); returns the Report."""
     found = find_lab(lab)
     path = Path(submission)
     if not path.is_file():
@@ -223,16 +321,13 @@ def grade(lab: str, submission, *, time_limit: float = 120.0, memory_limit: int 
     # there too: its parent folder first on the path, absolute.
     package_parent = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_parent] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               preexec_fn=_limit_memory(memory_limit) if os.name == "posix" else None,
-                               cwd=str(path.resolve().parent))
-    note = ""
-    try:
-        out, err = process.communicate(timeout=time_limit)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        note = f"The grading stopped at its time limit ({time_limit:g} s): the checks not reported took too long (a loop that never ends?)."
+    # A scratch folder for what the worker builds (lab 06's library), removed here even when a
+    # limit ended the worker.
+    with tempfile.TemporaryDirectory(prefix="flashlab_grade_") as scratch:
+        env[SCRATCH_VARIABLE] = scratch
+        out, err, returncode, note = run_limited(command, env=env, cwd=str(path.resolve().parent),
+                                                 time_limit=time_limit, memory_limit=memory_limit,
+                                                 memory_rule=found.memory_rule)
     done = {}
     for line in out.splitlines():
         try:
@@ -241,18 +336,19 @@ def grade(lab: str, submission, *, time_limit: float = 120.0, memory_limit: int 
             continue  # the submission's own prints
         if isinstance(record, dict) and "name" in record and "passed" in record:
             done[record["name"]] = record
-    if not note and process.returncode != 0:
+    if not note and returncode != 0:
         last = (err.strip().splitlines() or ["no message"])[-1]
-        note = f"The grader's worker ended early (exit status {process.returncode}: {last}); the checks not reported get 0."
+        note = f"The grader's worker ended early (exit status {returncode}: {last}); the checks not reported get 0."
     report = Report(lab=found, submission=str(submission), note=note)
     for check in found.checks:
         record = done.get(check.name)
         if record is None:
-            reason = "not finished: the time limit" if "time limit" in note else "not finished: the worker ended"
+            reason = ("not finished: the time limit" if "time limit" in note else
+                      "not finished: the memory limit" if "memory limit" in note else "not finished: the worker ended")
             report.results.append(TestResult(check.name, 0, check.points, reason, check.hint))
         else:
             report.results.append(TestResult(check.name, check.points if record["passed"] else 0, check.points,
-                                             record["message"], record["hint"]))
+                                             record["message"], record["hint"], bool(record.get("not_run"))))
     return report
 
 
