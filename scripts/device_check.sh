@@ -9,7 +9,7 @@
 # pytest suite, the GPU tests (marker gpu) included. lab06: the course's lab-06 grader on this GPU
 # (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is built, the kernels are not): the
 # reference solution, the untouched skeleton and each planted mistake graded, a score line each.
-# decode: the decode rung's GPU tests, its benchmark against SDPA's flash and cuDNN with the
+# decode: the decode rung's GPU tests (decode-tests: those alone), its benchmark against SDPA's flash and cuDNN with the
 # read-only ceiling, Nsight Compute's DRAM bytes beside the KV bytes, and memcheck on a small grid.
 # compare: COMPARE_PATCHES="<git diff file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds
 # the Hopper kernels with the bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
@@ -280,11 +280,14 @@ step_compare_bench() {
   run_benchmark $libs/base.so compare --fa1-max-seqlen 0 "${variants[@]}" >/dev/null || status=1
   python3 scripts/compare_bench.py "$OUT/compare.json" | tee "$OUT/compare.md"
 }
-step_decode() {
+step_decode_tests() {
   local start=$(date +%s)
-  $BUILD/tests/kernels/test_kernels "[decode]" >"$OUT/decode_tests.log" 2>&1 || status=1
+  timeout 420 $BUILD/tests/kernels/test_kernels "[decode]" >"$OUT/decode_tests.log" 2>&1 || status=1
   echo "decode tests: status $status in $(( $(date +%s) - start )) s: $(grep -E "test cases|All tests passed" "$OUT/decode_tests.log" | tail -1)"
   grep -E -B3 -A25 "FAILED" "$OUT/decode_tests.log" | head -60
+}
+step_decode() {
+  step_decode_tests
   PYTHONUNBUFFERED=1 python3 scripts/bench_decode.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
     --json "$OUT/decode_bench.json" --markdown "$OUT/decode_bench.md" ${DECODE_BENCH_ARGS:-} 2>&1 | tee "$OUT/decode_bench.log" \
     | grep -v "^|" || status=1
