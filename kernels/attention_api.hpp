@@ -146,8 +146,9 @@ struct DecodeArgs {
   cudaStream_t stream = nullptr;
 };
 void decode_attention(const Problem& problem, const DecodeArgs& args);
+// The workspace and the chunks per sequence a call with these arguments (q, o, lse and the
+// workspace not needed) takes on the current device.
 std::size_t decode_workspace_bytes(const Problem& problem, const DecodeArgs& args);
-// The chunks per sequence a call with these arguments runs on the current device.
 int decode_splits(const Problem& problem, const DecodeArgs& args);
 // The decode kernel's loads alone (same grid, same K and V bytes, no arithmetic, no output, no
 // append): the ceiling for a decode kernel of this shape on this device.

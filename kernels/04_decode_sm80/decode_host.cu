@@ -30,8 +30,36 @@ std::int64_t units(const Problem& problem) {
 }
 std::size_t counter_bytes(const Problem& problem) { return (units(problem) * sizeof(int) + 255) / 256 * 256; }
 
-// Everything that needs no device: the problem, the cache, the tensors and the host copies.
-void check_arguments(const Problem& problem, const DecodeArgs& args) {
+// The host copies: lengths within the cache, page ids within the pages.
+void check_host_copies(const Problem& problem, const DecodeArgs& args) {
+  const bool paged = args.block_table != nullptr;
+  if (paged && (args.host_block_table == nullptr) != (args.host_cache_seqlens == nullptr)) {
+    refuse("host_block_table and host_cache_seqlens: one is given; allowed: both (checked) or neither (unchecked)");
+  }
+  if (args.host_cache_seqlens == nullptr) return;
+  for (int b = 0; b < problem.batch; ++b) {
+    const int length = args.host_cache_seqlens[b];
+    if (length < 0 || static_cast<std::int64_t>(length) + args.seqlen_new > problem.seqlen_k) {
+      refuse("cache_seqlens[" + std::to_string(b) + "] = " + std::to_string(length) + " with seqlen_new = " +
+             std::to_string(args.seqlen_new) + "; allowed: 0..seqlen_k - seqlen_new = " +
+             std::to_string(problem.seqlen_k - args.seqlen_new) + " (the cache holds " + std::to_string(problem.seqlen_k) +
+             " keys per sequence)");
+    }
+    if (!paged || args.host_block_table == nullptr) continue;
+    const int pages_used = (length + args.seqlen_new + args.page_size - 1) / args.page_size;
+    for (int page = 0; page < pages_used; ++page) {
+      const int id = args.host_block_table[static_cast<std::int64_t>(b) * args.max_pages_per_sequence + page];
+      if (id < 0 || id >= args.num_pages) {
+        refuse("block_table[" + std::to_string(b) + "][" + std::to_string(page) + "] = " + std::to_string(id) +
+               "; allowed: a page id in 0.." + std::to_string(args.num_pages - 1));
+      }
+    }
+  }
+}
+
+// What the split and the workspace depend on, and needs no device: the problem, the cache's
+// shape and the host copies of its lengths and block table.
+void check_problem_and_cache(const Problem& problem, const DecodeArgs& args) {
   require_kernel_supported(problem, kName);
   if (problem.varlen()) refuse("cu_seqlens_q / cu_seqlens_k are given; allowed: none (the keys per sequence are cache_seqlens)");
   if (problem.seqlen_q > decode::kMaxQueryTokens) {
@@ -74,8 +102,12 @@ void check_arguments(const Problem& problem, const DecodeArgs& args) {
     refuse("num_splits = " + std::to_string(args.num_splits) + "; allowed: 0 (chosen for the device) or 1.." +
            std::to_string(kMaxSplits));
   }
+  check_host_copies(problem, args);
+}
 
-  // The tensors: 16-byte chunks for Q, O, K, V (cp.async); LSE 4 bytes.
+// The tensors: 16-byte chunks for Q, O, K, V (cp.async); LSE 4 bytes; outputs in memory of their own.
+void check_tensors(const Problem& problem, const DecodeArgs& args) {
+  const bool paged = args.block_table != nullptr;
   const std::int64_t cache_batches = paged ? args.num_pages : problem.batch;
   const std::int64_t cache_rows = paged ? args.page_size : problem.seqlen_k;
   const bool appending = args.seqlen_new > 0;
@@ -106,31 +138,6 @@ void check_arguments(const Problem& problem, const DecodeArgs& args) {
     arguments.push_back({t.name, t.tensor, t.batches, t.rows, t.heads, t.columns, t.element_bytes, t.output});
   }
   require_tensor_arguments(arguments.data(), arguments.size(), kName);
-
-  // The host copies: lengths within the cache, page ids within the pages.
-  if (args.host_cache_seqlens != nullptr) {
-    for (int b = 0; b < problem.batch; ++b) {
-      const int length = args.host_cache_seqlens[b];
-      if (length < 0 || static_cast<std::int64_t>(length) + args.seqlen_new > problem.seqlen_k) {
-        refuse("cache_seqlens[" + std::to_string(b) + "] = " + std::to_string(length) + " with seqlen_new = " +
-               std::to_string(args.seqlen_new) + "; allowed: 0..seqlen_k - seqlen_new = " +
-               std::to_string(problem.seqlen_k - args.seqlen_new) + " (the cache holds " + std::to_string(problem.seqlen_k) +
-               " keys per sequence)");
-      }
-      if (!paged || args.host_block_table == nullptr) continue;
-      const int pages_used = (length + args.seqlen_new + args.page_size - 1) / args.page_size;
-      for (int page = 0; page < pages_used; ++page) {
-        const int id = args.host_block_table[static_cast<std::int64_t>(b) * args.max_pages_per_sequence + page];
-        if (id < 0 || id >= args.num_pages) {
-          refuse("block_table[" + std::to_string(b) + "][" + std::to_string(page) + "] = " + std::to_string(id) +
-                 "; allowed: a page id in 0.." + std::to_string(args.num_pages - 1));
-        }
-      }
-    }
-  }
-  if (paged && (args.host_block_table == nullptr) != (args.host_cache_seqlens == nullptr)) {
-    refuse("host_block_table and host_cache_seqlens: one is given; allowed: both (checked) or neither (unchecked)");
-  }
 }
 
 struct Split {
@@ -176,9 +183,11 @@ void dispatch(const Problem& problem, Visit&& visit) {
   if (!launched) throw std::logic_error(std::string(kName) + ": no instance for head_dim " + std::to_string(problem.head_dim));
 }
 
-// The checks, then the device: the split for it.
-Split plan(const Problem& problem, const DecodeArgs& args) {
-  check_arguments(problem, args);
+// The checks (the tensors' too for a launch, not for the workspace's size), then the device: the
+// split for it.
+Split plan(const Problem& problem, const DecodeArgs& args, bool launching) {
+  check_problem_and_cache(problem, args);
+  if (launching) check_tensors(problem, args);
   require_grid(kName, {std::max(1, args.num_splits), "num_splits"},
                {static_cast<std::int64_t>(problem.heads_kv) * row_tiles(problem), "heads_kv x row tiles of 16 query rows"},
                {problem.batch, "batch"});
@@ -201,7 +210,7 @@ std::size_t workspace_bytes_for(const Problem& problem, const Split& split) {
 }
 
 void run(const Problem& problem, const DecodeArgs& args, bool stream_only) {
-  const Split split = plan(problem, args);
+  const Split split = plan(problem, args, true);
   const std::size_t needed = workspace_bytes_for(problem, split);
   if (args.workspace != nullptr && args.workspace_bytes < needed) {
     refuse("workspace_bytes = " + std::to_string(args.workspace_bytes) + "; allowed: at least decode_workspace_bytes() = " +
@@ -239,9 +248,9 @@ void run(const Problem& problem, const DecodeArgs& args, bool stream_only) {
 
 void decode_attention(const Problem& problem, const DecodeArgs& args) { run(problem, args, false); }
 void decode_stream_read(const Problem& problem, const DecodeArgs& args) { run(problem, args, true); }
-int decode_splits(const Problem& problem, const DecodeArgs& args) { return plan(problem, args).splits; }
+int decode_splits(const Problem& problem, const DecodeArgs& args) { return plan(problem, args, false).splits; }
 std::size_t decode_workspace_bytes(const Problem& problem, const DecodeArgs& args) {
-  return workspace_bytes_for(problem, plan(problem, args));
+  return workspace_bytes_for(problem, plan(problem, args, false));
 }
 
 }  // namespace flashlab::kernels
