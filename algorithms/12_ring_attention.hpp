@@ -50,6 +50,7 @@
 #include "04_fa2_forward.hpp"
 #include "07_fa2_backward.hpp"
 #include "online_softmax.hpp"
+#include "limits.hpp"
 #include "problem.hpp"
 #include "pseudocode.hpp"
 #include "run_backward.hpp"
@@ -75,8 +76,6 @@ inline RingOrdering ring_ordering_from_string(const std::string& name) {
     if (name == to_string(ordering)) return ordering;
   throw std::invalid_argument("ring ordering '" + name + "' is unknown; allowed: contiguous, striped, zigzag");
 }
-
-inline constexpr int kMaxRingDevices = 1024;
 
 struct RingTiling {
   BlockTiling blocks;  // FA2's blocks inside each device
@@ -223,6 +222,7 @@ struct RingDeviceStep {
   std::int64_t hbm_bytes = 0;      // this device's HBM traffic in the step (step 0 also its set-up,
   std::int64_t matmul_flops = 0;   //   the last step also its final conversion)
   std::int64_t exponentials = 0;
+  std::int64_t other_flops = 0;
   std::int64_t link_bytes = 0;     // sent to the next device during the step
 };
 struct RingLog {
@@ -294,6 +294,7 @@ inline void log_step(RingLog* log, int step, int device, int block, const Counte
   entry.hbm_bytes += after.hbm_bytes() - before.hbm_bytes();
   entry.matmul_flops += after.matmul_flops - before.matmul_flops;
   entry.exponentials += after.exponentials - before.exponentials;
+  entry.other_flops += after.other_flops - before.other_flops;
   entry.link_bytes += link_bytes;
 }
 
