@@ -84,6 +84,9 @@ struct RingTiling {
 
   void validate() const {
     blocks.validate();
+    validate_devices();
+  }
+  void validate_devices() const {
     if (devices < 1 || devices > kMaxRingDevices)
       throw std::invalid_argument("ring devices = " + std::to_string(devices) + "; allowed: 1.." +
                                   std::to_string(kMaxRingDevices));

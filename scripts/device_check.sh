@@ -4,7 +4,10 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 variants compare compare-bench python (default: build tests bench). python: the Python
+# sanitize-sm90 fa4 variants compare compare-bench python ring (default: build tests bench). ring: Ring
+# Attention on this one GPU (flashlab.distributed with P logical ranks on streams of it): its CPU and GPU
+# tests, the 2x/3x check against attention on the gathered tensors and a timing of the overlap
+# (scripts/ring_bench.py --local 4; under two minutes once the package is built). python: the Python
 # package in the build tree (flashlab._core and the kernel library) and its pytest suite, the GPU
 # tests (marker gpu) included. compare: COMPARE_PATCHES="<git diff
 # file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the
@@ -37,6 +40,27 @@ step_python() {
     >"$OUT/python_tests.log" 2>&1 || status=1
   echo "python package tests: status $status in $(( $(date +%s) - start )) s"
   tail -15 "$OUT/python_tests.log"
+}
+step_ring() {
+  # Ring Attention on one GPU: P logical ranks, each on its own stream, device-to-device copies on a
+  # copy stream in place of NCCL. The package's build as the python step's (incremental once built).
+  start=$(date +%s)
+  [[ -f $BUILD/CMakeCache.txt ]] || step_build
+  cmake -S . -B $BUILD -DPython_EXECUTABLE="$(command -v python3)" >>"$OUT/build.log" 2>&1 \
+    && cmake --build $BUILD --target flashlab_python_core flashlab_python_kernels -j16 >>"$OUT/build.log" 2>&1 \
+    || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; status=1; return; }
+  local ring_status=0
+  PYTHONPATH=$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest -q -p no:cacheprovider -rs \
+    python/tests/test_distributed.py python/tests/gpu/test_distributed_gpu.py >"$OUT/ring_tests.log" 2>&1 || ring_status=1
+  echo "ring tests (CPU ring, gloo ring, one-GPU ring by the 2x/3x rule): status $ring_status"
+  tail -3 "$OUT/ring_tests.log"
+  PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH} python3 scripts/ring_bench.py --local 4 --check \
+    --seqlens-per-gpu 4096,16384 --backward --repeats 5 --json "$OUT/ring_local.json" --markdown "$OUT/ring_local.md" \
+    >"$OUT/ring_bench.log" 2>&1 || ring_status=1
+  grep -E "^(PASS|FAIL)|correctness" "$OUT/ring_bench.log"
+  grep -E "^\||logical ranks|Error|error" "$OUT/ring_bench.log" | head -20
+  echo "ring: status $ring_status in $(( $(date +%s) - start )) s"
+  [ $ring_status = 0 ] || status=1
 }
 step_example() {
   # The reference library's report on the outside example kernel with the planted bug.

@@ -102,7 +102,7 @@ RingModel model_ring(const Problem& problem, const RingTiling& tiling, bool back
 RingOverlapPoint ring_overlap_threshold(const Problem& shape, const RingTiling& tiling, bool backward, const Machine& machine,
                                         int granularity, int max_seqlen_per_device) {
   require_link(machine);
-  tiling.validate();
+  tiling.validate_devices();  // the blocks may be left to derive (0)
   if (granularity < 1 || granularity > max_seqlen_per_device)
     throw std::invalid_argument("granularity = " + std::to_string(granularity) + "; allowed: 1.." +
                                 std::to_string(max_seqlen_per_device));
@@ -115,11 +115,9 @@ RingOverlapPoint ring_overlap_threshold(const Problem& shape, const RingTiling& 
   const double share = shape.mask.causal && tiling.ordering != RingOrdering::contiguous ? 0.5 : 1.0;
   const double work = (backward ? 3 * d + 2 * dv : d + dv) * share, travelling = backward ? e + 4 : e;
   point.estimate = machine.matmul_flops_per_second * travelling * (d + dv) / (2 * g * machine.link_bytes_per_second * work);
-  // One sequence of one KV group; blocks from the machine's SRAM at each length unless given.
+  // One sequence with the shape's heads; blocks from the machine's SRAM at each length unless given.
   Problem unit = shape;
   unit.batch = 1;
-  unit.heads_q = shape.group_size();
-  unit.heads_kv = 1;
   unit.cu_seqlens_q.clear(), unit.cu_seqlens_k.clear();
   const bool blocks_given = tiling.blocks.block_rows > 0 && tiling.blocks.block_cols > 0;
   const auto model_at = [&](int per_device) {

@@ -86,7 +86,9 @@ struct RingOverlapPoint {
   // per score (d + dv forward, 3d + 2dv backward) times the share of a block pair computed (1/2
   // causal with striped or zig-zag).
   double estimate = 0;
-  double compute_seconds = 0, link_seconds = 0;  // matmul and link time of the step closest to not hiding, there
+  // At that length, one sequence with the shape's heads: the matmul and link time of the step with
+  // the least matmul time per link time.
+  double compute_seconds = 0, link_seconds = 0;
 };
 RingOverlapPoint ring_overlap_threshold(const Problem& shape, const RingTiling& tiling, bool backward, const Machine& machine,
                                         int granularity = 64, int max_seqlen_per_device = 1 << 20);
