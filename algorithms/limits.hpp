@@ -39,6 +39,9 @@ inline constexpr std::int64_t kMaxDataMultiplyAdds = std::int64_t{1} << 35;
 inline constexpr int kMaxSweepSeqlen = 1 << 24;
 inline constexpr int kMaxSweepHeadDim = 4096;
 
+// --- Ring Attention (12_ring_attention.hpp) ------------------------------------------------------
+inline constexpr int kMaxRingDevices = 1024;  // devices in a ring
+
 // --- Traces (sim/trace.hpp) ---------------------------------------------------------------------
 // A trace is held in memory while recorded and written as JSON (about 1.5 KB per event while it
 // is written): its events and the tile values they keep are bounded so that both fit in a few GB.

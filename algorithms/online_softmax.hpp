@@ -47,4 +47,26 @@ Tile finish_softmax_state(Memory& mem, SoftmaxState& state) {
   return mem.log_sum_exp(TensorId::LSE, state.m, state.l);
 }
 
+// The log-sum-exp combine of two partial results of the same query rows, each normalised over
+// its own keys (Flash-Decoding's combine of two chunks; Ring Attention's merge after each step,
+// 12_ring_attention.hpp). A partial (O_a, LSE_a) is the online-softmax state m = LSE_a, l = 1,
+// o = O_a, so the merge is the update above with a state for a tile:
+//   m = max(LSE, LSE_b),  l = e^(LSE - m) + e^(LSE_b - m),
+//   O = (e^(LSE - m) O + e^(LSE_b - m) O_b) / l,  LSE = m + log(l).
+// In place on (o, lse); o_b is scaled in place. A row that no key reached yet (LSE = -inf, O = 0)
+// takes the other partial whole; a row with both at -inf stays O = 0, LSE = -inf.
+template <class Memory>
+void combine_by_lse(Memory& mem, Tile& o, Tile& lse, Tile& o_b, const Tile& lse_b) {
+  Tile m = mem.copy(TensorId::m, lse);
+  mem.maximum(m, lse_b);
+  Tile weight = mem.exp_difference(TensorId::l, lse, m);
+  Tile weight_b = mem.exp_difference(TensorId::l, lse_b, m);
+  mem.scale_rows(o, weight);
+  mem.scale_rows(o_b, weight_b);
+  mem.add(o, o_b);
+  mem.add(weight, weight_b);  // l
+  mem.divide_rows(o, weight);
+  lse = mem.log_sum_exp(TensorId::LSE, m, weight);
+}
+
 }  // namespace flashlab

@@ -140,6 +140,9 @@ struct HeadProblem {
   const BlockSparsity* block_sparsity = nullptr;  // null: dense
   Dropout dropout;
   DType dtype = DType::fp32;
+  // A block of a larger sequence (Ring Attention's block pairs, 12_ring_attention.hpp): the
+  // diagonal moves by this many keys beyond the corner alignment's. 0 for a whole sequence.
+  int diagonal_shift = 0;
 
   // The corner alignment: query i is aligned with key i + diagonal_offset().
   int diagonal_offset() const;
@@ -165,8 +168,10 @@ struct HeadProblem {
 
 // Inline: the tiled schedules ask these once per block pair.
 inline MaskRule HeadProblem::mask_rule() const {
-  return make_mask_rule(mask.alignment == CausalAlignment::bottom_right, mask.window_left,
-                        mask.effective_window_right(), seqlen_q, seqlen_k);
+  MaskRule rule = make_mask_rule(mask.alignment == CausalAlignment::bottom_right, mask.window_left,
+                                 mask.effective_window_right(), seqlen_q, seqlen_k);
+  rule.offset += diagonal_shift;
+  return rule;
 }
 
 inline int HeadProblem::diagonal_offset() const { return mask_rule().offset; }

@@ -42,6 +42,7 @@ const char* to_string(EventKind kind) {
     case EventKind::free: return "free";
     case EventKind::softmax_update: return "softmax_update";
     case EventKind::line: return "line";
+    case EventKind::ring_step: return "ring_step";
   }
   return "?";
 }

@@ -42,7 +42,9 @@ using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eige
 
 // ---------------------------------------------------------------------------------------------
 // Trace events, for the recorder and the visualizer.
-enum class EventKind : std::uint8_t { load, store, compute, free, softmax_update, line };
+// ring_step: Ring Attention (12_ring_attention.hpp) moved a device on to the next step of the
+// ring, holding another key/value block.
+enum class EventKind : std::uint8_t { load, store, compute, free, softmax_update, line, ring_step };
 const char* to_string(EventKind kind);
 
 struct TraceEvent {
@@ -57,6 +59,8 @@ struct TraceEvent {
   std::vector<float> row_max, row_sum, rescale;
   // compute (data runs only, when the sink asks): the tile's values after the op, row-major.
   std::vector<float> values;
+  // ring_step: at ring step `step`, device `device` holds the key/value block of device `block`.
+  int step = 0, device = 0, block = 0;
 };
 
 class TraceSink {
@@ -530,7 +534,20 @@ class TileMemory {
 
   // The schedule is at this line of its paper's algorithm (shown by the visualizer).
   FLASHLAB_HOT_INLINE void mark_line(int line) {
-    if (arena_.sink) record_line(line);
+    if (arena_.sink) record_line(outer_line_ > 0 ? outer_line_ : line);
+  }
+  // A schedule that runs another inside one of its lines (Ring Attention runs FA2 per block pair)
+  // keeps its own line shown while the inner one runs: the inner marks read as `line` until
+  // restored with the value returned (0: none held).
+  int hold_line(int line) { return std::exchange(outer_line_, line); }
+  // Ring Attention: at ring step `step`, device `device` holds the key/value block of `block`.
+  void note_ring_step(int step, int device, int block) {
+    if (!arena_.sink) return;
+    TraceEvent event;
+    event.kind = EventKind::ring_step;
+    event.step = step, event.device = device, event.block = block;
+    event.sram_bytes = arena_.in_use_bytes();
+    arena_.sink->record(event);
   }
   // The online-softmax state of a query block after an update: running max, running sum and
   // the rescale factor exp(m_old - m_new) applied to the old state.
@@ -638,6 +655,7 @@ class TileMemory {
   MemoryConfig config_;
   SramArena arena_;
   Counters counters_;
+  int outer_line_ = 0;  // hold_line
 };
 
 using DataMemory = TileMemory<true>;

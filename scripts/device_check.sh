@@ -4,15 +4,19 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
-# sanitize-sm90 fa4 variants compare compare-bench python lab06 decode (default: build tests bench).
-# python: the Python package in the build tree (flashlab._core and the kernel library) and its
-# pytest suite, the GPU tests (marker gpu) included. lab06: the course's lab-06 grader on this GPU
-# (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is built, the kernels are not): the
-# reference solution, the untouched skeleton and each planted mistake graded, a score line each.
-# decode: the decode rung's GPU tests (decode-tests: those alone), its benchmark against SDPA's flash and cuDNN with the
-# read-only ceiling, Nsight Compute's DRAM bytes beside the KV bytes, and memcheck on a small grid.
-# compare: COMPARE_PATCHES="<git diff file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds
-# the Hopper kernels with the bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
+# sanitize-sm90 fa4 variants compare compare-bench python lab06 decode ring (default: build tests
+# bench). python: the Python package in the build tree (flashlab._core and the kernel library) and
+# its pytest suite, the GPU tests (marker gpu) included. lab06: the course's lab-06 grader on this
+# GPU (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is built, the kernels are not):
+# the reference solution, the untouched skeleton and each planted mistake graded, a score line
+# each. decode: the decode rung's GPU tests (decode-tests: those alone), its benchmark against
+# SDPA's flash and cuDNN with the read-only ceiling, Nsight Compute's DRAM bytes beside the KV
+# bytes, and memcheck on a small grid. ring: Ring Attention on this one GPU (flashlab.distributed
+# with P logical ranks on streams of it): its CPU and GPU tests, the 2x/3x check against attention
+# on the gathered tensors and a timing of the overlap (scripts/ring_bench.py --local 4; under two
+# minutes once the package is built). compare: COMPARE_PATCHES="<git diff file>..."
+# scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the bounded
+# mbarrier wait that traps (kernels/common/sm90_sync.cuh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -59,6 +63,27 @@ step_lab06() {
   echo "lab06 grader on the GPU: status $lab_status in $(( $(date +%s) - start )) s (reports in $OUT/lab06.log)"
   grep -E "^lab06 " "$OUT/lab06.log"
   grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$OUT/lab06.log" | tail -12
+}
+step_ring() {
+  # Ring Attention on one GPU: P logical ranks, each on its own stream, device-to-device copies on a
+  # copy stream in place of NCCL. The package's build as the python step's (incremental once built).
+  start=$(date +%s)
+  [[ -f $BUILD/CMakeCache.txt ]] || step_build
+  cmake -S . -B $BUILD -DPython_EXECUTABLE="$(command -v python3)" >>"$OUT/build.log" 2>&1 \
+    && cmake --build $BUILD --target flashlab_python_core flashlab_python_kernels -j16 >>"$OUT/build.log" 2>&1 \
+    || { grep -B2 -A12 -E "error|Error" "$OUT/build.log" | head -80; status=1; return; }
+  local ring_status=0
+  PYTHONPATH=$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest -q -p no:cacheprovider -rs \
+    python/tests/test_distributed.py python/tests/gpu/test_distributed_gpu.py >"$OUT/ring_tests.log" 2>&1 || ring_status=1
+  echo "ring tests (CPU ring, gloo ring, one-GPU ring by the 2x/3x rule): status $ring_status"
+  tail -3 "$OUT/ring_tests.log"
+  PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH} python3 scripts/ring_bench.py --local 4 --check \
+    --seqlens-per-gpu 4096,16384 --backward --repeats 5 --json "$OUT/ring_local.json" --markdown "$OUT/ring_local.md" \
+    >"$OUT/ring_bench.log" 2>&1 || ring_status=1
+  grep -E "^(PASS|FAIL)|correctness" "$OUT/ring_bench.log"
+  grep -E "^\||logical ranks|Error|error" "$OUT/ring_bench.log" | head -20
+  echo "ring: status $ring_status in $(( $(date +%s) - start )) s"
+  [ $ring_status = 0 ] || status=1
 }
 step_example() {
   # The reference library's report on the outside example kernel with the planted bug.

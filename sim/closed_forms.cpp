@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "algorithms/checked_math.hpp"
 #include "algorithms/limits.hpp"
@@ -47,6 +49,7 @@ struct ClosedFormHead {
   bool adds_key_gradients; // GroupReduction::in_place: dK_j, dV_j added once into the group's accumulator
   Mask mask;
   const BlockSparsity* sparsity = nullptr;
+  Count diagonal_shift = 0;  // a ring's block pair: the diagonal moved beyond the alignment's
 
   ClosedFormHead(const Problem& p, int batch_index, bool grouped, GroupReduction reduction = GroupReduction::fp32_partials)
       : nq(p.seqlen_q_of(batch_index)), nk(p.seqlen_k_of(batch_index)), d(p.head_dim), dv(p.value_dim()),
@@ -59,7 +62,7 @@ struct ClosedFormHead {
   // grow with i, so the block is visible iff some i in [r0, r1) satisfies both: an interval
   // test. A block sparsity pattern must also keep one of the sparsity blocks the tile overlaps.
   bool visible(Count r0, Count r1, Count c0, Count c1) const {
-    const Count offset = mask.alignment == CausalAlignment::bottom_right ? nk - nq : 0;
+    const Count offset = (mask.alignment == CausalAlignment::bottom_right ? nk - nq : Count(0)) + diagonal_shift;
     Count low = r0, high = r1 - 1;
     const bool right_bounded = mask.causal || mask.window_right >= 0;
     const Count right = mask.effective_window_right();
@@ -461,6 +464,177 @@ BlockSizes largest_fitting(const ScheduleInfo& info, const Problem& p, std::int6
 
 int narrow(std::int64_t v) { return static_cast<int>(std::min<std::int64_t>(v, kMaxSequenceLength)); }
 
+// ---------------------------------------------------------------------------------------------
+// Ring Attention (12_ring_attention.hpp), from its loop structure. The ordering deals the query
+// positions and the key positions to P devices; over the P steps device i meets the keys of every
+// device j once. For each segment of i's queries and each segment of j's keys (equal strides s),
+// the scores the mask leaves visible are a band: query a sees key b iff a + lo <= b <= a + hi.
+// Its rows that see a key and the keys they see are one FA2 problem (a block pair), whose O and
+// LSE land in the partial buffers and are merged, Br rows at a time, into O_i, LSE_i (fp32).
+struct RingSegment {
+  std::int64_t first = 0, length = 0, stride = 1;
+};
+
+std::vector<RingSegment> ring_segments(RingOrdering ordering, std::int64_t devices, std::int64_t device, std::int64_t n) {
+  std::vector<RingSegment> segments;
+  const auto cut = [&](std::int64_t part, std::int64_t parts) { return part * n / parts; };
+  const auto add = [&](std::int64_t begin, std::int64_t end) {
+    if (end > begin) segments.push_back({begin, end - begin, 1});
+  };
+  if (ordering == RingOrdering::contiguous) {
+    add(cut(device, devices), cut(device + 1, devices));
+  } else if (ordering == RingOrdering::striped) {
+    if (device < n) segments.push_back({device, (n - device + devices - 1) / devices, devices});
+  } else {  // zig-zag: chunks device and 2P - 1 - device of 2P
+    add(cut(device, 2 * devices), cut(device + 1, 2 * devices));
+    add(cut(2 * devices - 1 - device, 2 * devices), cut(2 * devices - device, 2 * devices));
+  }
+  return segments;
+}
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// The block pair of query segment q and key segment k, as a head of its own, or nothing.
+std::optional<Head> ring_pair(const Head& h, const RingSegment& q, const RingSegment& k) {
+  const std::int64_t offset = h.mask.alignment == CausalAlignment::bottom_right ? (h.nk - h.nq).value() : 0;
+  const bool right_bounded = h.mask.causal || h.mask.window_right >= 0, left_bounded = h.mask.window_left >= 0;
+  const std::int64_t s = q.stride, delta = q.first - k.first + offset;
+  // Positions: query p_q sees key p_k iff p_q + offset - left <= p_k <= p_q + offset + right.
+  const std::int64_t hi = right_bounded ? floor_div(delta + h.mask.effective_window_right(), s) : 0;
+  const std::int64_t lo = left_bounded ? -floor_div(h.mask.window_left - delta, s) : 0;  // ceil((delta - left) / s)
+  if (right_bounded && left_bounded && lo > hi) return std::nullopt;
+  const std::int64_t first_row = right_bounded ? std::max<std::int64_t>(0, -hi) : 0;
+  const std::int64_t last_row = left_bounded ? std::min(q.length - 1, k.length - 1 - lo) : q.length - 1;
+  if (first_row > last_row) return std::nullopt;
+  const std::int64_t first_key = left_bounded ? std::max<std::int64_t>(0, first_row + lo) : 0;
+  const std::int64_t last_key = right_bounded ? std::min(k.length - 1, last_row + hi) : k.length - 1;
+  if (first_key > last_key) return std::nullopt;
+  Head pair = h;
+  pair.nq = last_row - first_row + 1;
+  pair.nk = last_key - first_key + 1;
+  pair.mask = Mask{};
+  pair.mask.alignment = CausalAlignment::top_left;
+  pair.sparsity = nullptr;
+  if (right_bounded) {
+    pair.mask.window_right = 0;
+    pair.mask.window_left = left_bounded ? static_cast<int>(hi - lo) : -1;
+    pair.diagonal_shift = first_row + hi - first_key;
+  } else if (left_bounded) {
+    pair.mask.window_left = 0;
+    pair.diagonal_shift = first_row + lo - first_key;
+  }
+  return pair;
+}
+
+// Calls f(pair) for every block pair of a head: every device i, every device j whose keys it
+// meets, every segment pair.
+template <class F>
+void for_ring_pairs(const Head& h, const BlockSizes& b, F f) {
+  const RingTiling t = ring_tiling(b);
+  for (int i = 0; i < t.devices; ++i)
+    for (int j = 0; j < t.devices; ++j)
+      for (const RingSegment& q : ring_segments(t.ordering, t.devices, i, h.nq.value()))
+        for (const RingSegment& k : ring_segments(t.ordering, t.devices, j, h.nk.value()))
+          if (const std::optional<Head> pair = ring_pair(h, q, k)) f(*pair);
+}
+
+// Calls f(length) for every segment of a sequence of n (queries or keys): every device's.
+template <class F>
+void for_ring_segments(const BlockSizes& b, Count n, F f) {
+  const RingTiling t = ring_tiling(b);
+  for (int i = 0; i < t.devices; ++i)
+    for (const RingSegment& segment : ring_segments(t.ordering, t.devices, i, n.value())) f(Count(segment.length));
+}
+
+// A traffic moved from one tensor's counters to another's (the pair's O, LSE go to partials).
+void relabel(Counters& c, TensorId from, TensorId to) {
+  TensorTraffic& source = c.tensor[static_cast<int>(from)];
+  TensorTraffic& target = c.tensor[static_cast<int>(to)];
+  target.hbm_read_elements += source.hbm_read_elements, target.hbm_write_elements += source.hbm_write_elements;
+  target.hbm_read_bytes += source.hbm_read_bytes, target.hbm_write_bytes += source.hbm_write_bytes;
+  source = {};
+}
+
+// accumulator (fp32) += part (dtype), `block` rows at a time: both read, the accumulator written.
+void ring_add(Counters& c, TensorId id, Count rows, Count width, Count e, Count block) {
+  for_blocks(rows, block, [&](Count, Count n) {
+    add_read(c, id, n * width, kStatBytes, 1);
+    add_read(c, id, n * width, e, 1);
+    add_write(c, id, n * width, kStatBytes, 1);
+  });
+}
+
+Counters ring_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  const Count Br = b.block_rows;
+  for_ring_segments(b, h.nq, [&](Count length) {
+    for_blocks(length, Br, [&](Count, Count rows) {  // line 2: O_i = 0 (fp32), LSE_i = -inf
+      add_write(c, TensorId::O, rows * h.dv, kStatBytes, 1);
+      add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+      if (h.e != kStatBytes) {  // line 9: O_i converted to the dtype
+        add_read(c, TensorId::O, rows * h.dv, kStatBytes, 1);
+        add_write(c, TensorId::O, rows * h.dv, h.e, 1);
+      }
+    });
+  });
+  for_ring_pairs(h, b, [&](const Head& pair) {
+    Counters attention = fa2_head(pair, b);  // line 6
+    relabel(attention, TensorId::O, TensorId::O_partial);
+    relabel(attention, TensorId::LSE, TensorId::LSE_partial);
+    c += attention;
+    for_blocks(pair.nq, Br, [&](Count, Count rows) {  // line 7: the merge
+      add_read(c, TensorId::O, rows * h.dv, kStatBytes, 1);
+      add_read(c, TensorId::LSE, rows, kStatBytes, 1);
+      add_read(c, TensorId::O_partial, rows * h.dv, h.e, 1);
+      add_read(c, TensorId::LSE_partial, rows, kStatBytes, 1);
+      add_write(c, TensorId::O, rows * h.dv, kStatBytes, 1);
+      add_write(c, TensorId::LSE, rows, kStatBytes, 1);
+      add(c.exponentials, 3 * rows);  // two weights e^(LSE - m), one log
+    });
+  });
+  return c;
+}
+
+Counters ring_backward_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  const Count Br = b.block_rows, Bc = b.block_cols;
+  for_ring_segments(b, h.nq, [&](Count length) {
+    for_blocks(length, Br, [&](Count, Count rows) {  // line 2: dQ_i = 0 (fp32); line 10: converted
+      add_write(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+      if (h.e != kStatBytes) {
+        add_read(c, TensorId::dQ, rows * h.d, kStatBytes, 1);
+        add_write(c, TensorId::dQ, rows * h.d, h.e, 1);
+      }
+    });
+  });
+  for_ring_pairs(h, b, [&](Head pair) {
+    pair.grad_kv_bytes = h.e;  // the pair's dK, dV as the kernel writes them
+    pair.adds_key_gradients = false;
+    c += fa2_backward_head(pair, b, false);  // line 6
+    ring_add(c, TensorId::dQ, pair.nq, h.d, h.e, Br);  // line 7
+    ring_add(c, TensorId::dK, pair.nk, h.d, h.e, Bc);
+    ring_add(c, TensorId::dV, pair.nk, h.dv, h.e, Bc);
+  });
+  return c;
+}
+
+// Per KV head: dK_j, dV_j (fp32) zeroed by their owner, and converted there when they are back.
+Counters ring_backward_kv_head(const Head& h, const BlockSizes& b) {
+  Counters c;
+  for_ring_segments(b, h.nk, [&](Count length) {
+    for_blocks(length, Count(b.block_cols), [&](Count, Count cols) {
+      for (const auto& [id, width] : {std::pair{TensorId::dK, h.d}, std::pair{TensorId::dV, h.dv}}) {
+        add_write(c, id, cols * width, kStatBytes, 1);
+        if (h.e != kStatBytes) {
+          add_read(c, id, cols * width, kStatBytes, 1);
+          add_write(c, id, cols * width, h.e, 1);
+        }
+      }
+    });
+  });
+  return c;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -480,6 +654,12 @@ Counters split_kv_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, c
   return split_kv_head(h, b, SplitKvPart::kv_per_kv_head, cache);
 }
 Counters memory_efficient_counts(const ClosedFormHead& h, const BlockSizes& b) { return memory_efficient_head(h, b); }
+Counters ring_counts(const ClosedFormHead& h, const BlockSizes& b) { return ring_head(h, b); }
+Counters ring_kv_head_counts(const ClosedFormHead&, const BlockSizes&, const PagedKvCache&) { return {}; }
+Counters ring_backward_counts(const ClosedFormHead& h, const BlockSizes& b) { return ring_backward_head(h, b); }
+Counters ring_backward_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, const PagedKvCache&) {
+  return ring_backward_kv_head(h, b);
+}
 Counters square_tiling_counts(const ClosedFormHead& h, const BlockSizes& b) { return square_tiling_head(h, b); }
 
 // The cost model of one head (the run limits): tile steps of a shape-only run and the HBM
@@ -493,6 +673,12 @@ std::int64_t split_kv_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
   const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols);
   const Count chunks = split_kv_chunks(b, h.nk);
   return (Tr * (Tc + chunks) + h.nq * chunks).value();
+}
+std::int64_t ring_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
+  // The block pairs partition the visible scores; each query (key) segment meets at most 2P key
+  // (query) segments; at most 4 P^2 pairs; the merges, adds, set-up and conversion per row block.
+  const Count Tr = ceil_div(h.nq, b.block_rows), Tc = ceil_div(h.nk, b.block_cols), P = ring_tiling(b).devices;
+  return (Tr * Tc + 6 * P * Tr + 4 * P * Tc + 24 * P * P + Tr + Tc).value();
 }
 std::int64_t square_tiling_tile_steps(const ClosedFormHead& h, const BlockSizes& b) {
   // Every (i, j) tile once per slice of d and of dv.
@@ -515,6 +701,12 @@ std::int64_t fa2_backward_scratch(const ClosedFormHead& h, const BlockSizes&) { 
 std::int64_t split_kv_scratch(const ClosedFormHead& h, const BlockSizes& b) {  // per-chunk summaries
   return (h.nq * Count(b.num_splits > 0 ? b.num_splits : 4) * (h.dv + 2)).value();
 }
+std::int64_t ring_scratch(const ClosedFormHead& h, const BlockSizes&) {  // O_i in fp32, a pair's O and LSE
+  return (h.nq * (2 * h.dv + 1)).value();
+}
+std::int64_t ring_backward_scratch(const ClosedFormHead& h, const BlockSizes&) {  // dQ_i, a pair's dQ, its fp32 dQ, D; dK, dV twice
+  return (h.nq * (3 * h.d + 1) + 2 * h.nk * (h.d + h.dv)).value();
+}
 std::int64_t memory_efficient_scratch(const ClosedFormHead& h, const BlockSizes& b) {  // per-chunk summaries
   return (h.nq * ceil_div(h.nk, b.block_cols) * (h.dv + 2)).value();
 }
@@ -526,6 +718,7 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
   problem.validate();
   kv_cache.validate();
   const ScheduleInfo& info = find_schedule(schedule);
+  require_supported(info, problem);
   const bool backward = info.pass == Pass::backward;
   const std::int64_t group = problem.group_size();
   // Every sequence of a dense batch counts the same: one stands for all, so the cost does not
@@ -537,7 +730,7 @@ Counters closed_form(std::string_view schedule, const Problem& problem, const Bl
     const Head head(problem, b, backward && group > 1, group_reduction);
     Counters sequence = scaled(info.head_counts(head, blocks), problem.heads_q);
     if (info.kv_head_counts != nullptr) sequence += scaled(info.kv_head_counts(head, blocks, kv_cache), problem.heads_kv);
-    if (backward && group > 1) {
+    if (backward && group > 1 && !info.shares_kv_in_group) {
       const Counters combine = group_reduction == GroupReduction::in_place ? group_accumulation(head, sram_bytes)
                                                                            : group_partials_sum(head, group, sram_bytes);
       sequence += scaled(combine, problem.heads_kv);

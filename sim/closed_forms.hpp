@@ -75,10 +75,15 @@ Counters split_kv_counts(const ClosedFormHead& h, const BlockSizes& b);
 Counters split_kv_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, const PagedKvCache& cache);
 Counters memory_efficient_counts(const ClosedFormHead& h, const BlockSizes& b);
 Counters square_tiling_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters ring_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters ring_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, const PagedKvCache& cache);
+Counters ring_backward_counts(const ClosedFormHead& h, const BlockSizes& b);
+Counters ring_backward_kv_head_counts(const ClosedFormHead& h, const BlockSizes& b, const PagedKvCache& cache);
 
 std::int64_t block_pair_tile_steps(const ClosedFormHead& h, const BlockSizes& b);  // (Tr + 1)(Tc + 1)
 std::int64_t split_kv_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t square_tiling_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t ring_tile_steps(const ClosedFormHead& h, const BlockSizes& b);
 
 std::int64_t no_scratch(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t standard_scratch(const ClosedFormHead& h, const BlockSizes& b);
@@ -89,6 +94,8 @@ std::int64_t fa1_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t fa2_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t split_kv_scratch(const ClosedFormHead& h, const BlockSizes& b);
 std::int64_t memory_efficient_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t ring_scratch(const ClosedFormHead& h, const BlockSizes& b);
+std::int64_t ring_backward_scratch(const ClosedFormHead& h, const BlockSizes& b);
 
 }  // namespace oracle
 

@@ -27,7 +27,9 @@ constexpr const char* kEmbeddedDefault = R"json({
   "hbm_bytes_per_second": 3.35e12, "hbm_source": "NVIDIA H100 datasheet: 3.35 TB/s HBM3 (SXM)",
   "matmul_flops_per_second": 989e12, "matmul_source": "NVIDIA H100 datasheet: 989 TFLOPS BF16 dense (SXM)",
   "exp_per_second": 3.9e12, "exp_source": "FlashAttention-3 paper, Section 3: 3.9 TFLOPS of special functions on H100 SXM5",
-  "fp32_flops_per_second": 67e12, "fp32_source": "NVIDIA H100 datasheet: 67 TFLOPS FP32 (SXM)"
+  "fp32_flops_per_second": 67e12, "fp32_source": "NVIDIA H100 datasheet: 67 TFLOPS FP32 (SXM)",
+  "link_bytes_per_second": 450e9,
+  "link_source": "NVIDIA H100 SXM datasheet: NVLink 4, 900 GB/s total (18 links x 50 GB/s, both directions); a ring uses one direction: 450 GB/s"
 })json";
 
 }  // namespace
@@ -55,11 +57,15 @@ Machine machine_from_json(const nlohmann::json& json, const std::string& source)
   m.matmul_source = in.text(json, "matmul_source", "");
   m.exp_source = in.text(json, "exp_source", "");
   m.fp32_source = in.text(json, "fp32_source", "");
+  if (json.contains("link_bytes_per_second") || json.contains("link_source")) {  // optional, both or neither
+    m.link_bytes_per_second = in.positive_number(json, "link_bytes_per_second", "");
+    m.link_source = in.text(json, "link_source", "");
+  }
   return m;
 }
 
 nlohmann::json to_json(const Machine& m) {
-  return {{"format", kFormat},
+  nlohmann::json json = {{"format", kFormat},
           {"version", kVersion},
           {"key", m.key},
           {"name", m.name},
@@ -74,6 +80,8 @@ nlohmann::json to_json(const Machine& m) {
           {"exp_source", m.exp_source},
           {"fp32_flops_per_second", m.fp32_flops_per_second},
           {"fp32_source", m.fp32_source}};
+  if (m.link_bytes_per_second > 0) json["link_bytes_per_second"] = m.link_bytes_per_second, json["link_source"] = m.link_source;
+  return json;
 }
 
 namespace {

@@ -1,7 +1,7 @@
 // Machine presets (sim/machines/*.json) and the roofline time a schedule's counts predict.
 //
 // A preset holds, each with its source: the SRAM one thread block can use (M, bytes), the HBM
-// bandwidth, the dense matmul rate (tensor cores, in the preset's dtype), the special-function
+// bandwidth, the link to the next device of a ring (one direction), the dense matmul rate (tensor cores, in the preset's dtype), the special-function
 // (exponential) rate and the rate of other FP32 operations. The roofline time of a run is the
 // largest of bytes / bandwidth, matmul FLOPs / matmul rate, exponentials / exp rate and other
 // FLOPs / FP32 rate: the resource a perfectly overlapped kernel would wait on.
@@ -26,7 +26,10 @@ struct Machine {
   double matmul_flops_per_second = 0;
   double exp_per_second = 0;
   double fp32_flops_per_second = 0;
-  std::string sram_source, hbm_source, matmul_source, exp_source, fp32_source;
+  // The link to the next device of a ring, one direction (NVLink or PCIe): optional in a preset
+  // file, 0 when not given (Ring Attention's model then refuses the machine by name).
+  double link_bytes_per_second = 0;
+  std::string sram_source, hbm_source, matmul_source, exp_source, fp32_source, link_source;
 };
 
 // Parses a preset; throws std::invalid_argument naming `source` and the bad field.

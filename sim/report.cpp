@@ -48,6 +48,7 @@ nlohmann::json to_json(const Counters& c) {
 nlohmann::json to_json(const BlockSizes& b) {
   nlohmann::json json{{"block_rows", b.block_rows}, {"block_cols", b.block_cols}};
   if (b.num_splits > 0) json["num_splits"] = b.num_splits;
+  if (b.devices > 0) json["devices"] = b.devices, json["ordering"] = to_string(b.ordering);
   return json;
 }
 

@@ -17,6 +17,7 @@
 #include "algorithms/09_block_sparse.hpp"
 #include "algorithms/10_memory_efficient.hpp"
 #include "algorithms/11_square_tiling.hpp"
+#include "algorithms/12_ring_attention.hpp"
 #include "algorithms/checked_math.hpp"
 #include "algorithms/limits.hpp"
 #include "algorithms/run_backward.hpp"
@@ -330,6 +331,60 @@ std::vector<ScheduleInfo> make_registry() {
                        [](auto& mem, const HeadCall& call) {
                          square_tiling_attention(mem, call.head, SquareTiling{call.blocks.block_rows}, call.x);
                        }));
+  list.push_back(entry({.name = "ring",
+                        .source = "algorithms/12_ring_attention.hpp",
+                        .paper = "Ring Attention (Liu, Zaharia and Abbeel 2023), Algorithm 1",
+                        .description = "ring attention over P devices (--devices, --ordering contiguous|striped|zigzag): "
+                                       "query shards in place, K/V blocks around the ring, FA2 per block pair, LSE merge",
+                        .pass = Pass::forward,
+                        .shares_kv_in_group = true,
+                        .key_block_count_decides = false,
+                        .splits_over_devices = true,
+                        .unsupported = ring_unsupported,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa2_blocks_of_side,
+                        .head_counts = oracle::ring_counts,
+                        .kv_head_counts = oracle::ring_kv_head_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return ring_working_set_bytes(p, ring_tiling(b)); },
+                        .tile_steps = oracle::ring_tile_steps,
+                        .scratch_elements = oracle::ring_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 2 (every device runs FA2)",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = ring_attention_pseudocode,
+                        .accumulator_elements = forward_accumulator_elements},
+                       [](auto& mem, const HeadCall& call) {
+                         ring_forward([&mem](int) -> decltype(mem) { return mem; }, call.group_heads, ring_tiling(call.blocks),
+                                      call.group_x);
+                       }));
+  list.push_back(entry({.name = "ring_backward",
+                        .source = "algorithms/12_ring_attention.hpp",
+                        .paper = "Ring Attention backward: dK, dV travel with K, V",
+                        .description = "ring attention's backward over P devices: FA2's backward per block pair, dQ "
+                                       "accumulated in place, dK and dV accumulated as they travel the ring",
+                        .pass = Pass::backward,
+                        .shares_kv_in_group = true,
+                        .key_block_count_decides = false,
+                        .splits_over_devices = true,
+                        .unsupported = ring_unsupported,
+                        .paper_block_side = fa1_block_side,
+                        .blocks_of_side = fa1_blocks_of_side,
+                        .head_counts = oracle::ring_backward_counts,
+                        .kv_head_counts = oracle::ring_backward_kv_head_counts,
+                        .working_set_bytes = [](const Problem& p, const BlockSizes& b) { return ring_backward_working_set_bytes(p, ring_tiling(b)); },
+                        .tile_steps = oracle::ring_tile_steps,
+                        .scratch_elements = oracle::ring_backward_scratch,
+                        .bound_formula = "N^2 d^2 / M",
+                        .bound_source = "FA1 Theorem 5 (every device runs FA2's backward)",
+                        .bound = flash_bound,
+                        .theory_exponents = flash_exponents,
+                        .pseudocode = ring_attention_backward_pseudocode,
+                        .accumulator_elements = backward_accumulator_elements},
+                       [](auto& mem, const HeadCall& call) {
+                         ring_backward([&mem](int) -> decltype(mem) { return mem; }, call.group_heads, ring_tiling(call.blocks),
+                                       call.group_x);
+                       }));
   return list;
 }
 
@@ -363,7 +418,16 @@ void prepare_forward_outputs(const Problem& problem, AttentionTensors& tensors) 
   });
 }
 
+BlockSizes resolve_blocks_as_given(const ScheduleInfo& info, const Problem& problem, const RunOptions& options);
+
+// The block sizes a run uses; a ring's carry its devices (0 given: 4) and ordering.
 BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, const RunOptions& options) {
+  BlockSizes blocks = resolve_blocks_as_given(info, problem, options);
+  if (info.splits_over_devices) blocks.devices = ring_tiling(blocks).devices;
+  return blocks;
+}
+
+BlockSizes resolve_blocks_as_given(const ScheduleInfo& info, const Problem& problem, const RunOptions& options) {
   if (options.sram_bytes < 0 || options.sram_bytes > kMaxSramBytes) {
     throw std::invalid_argument("sram_bytes = " + std::to_string(options.sram_bytes) + "; allowed: 0.." +
                                 std::to_string(kMaxSramBytes) + " (0: unbounded)");
@@ -373,6 +437,15 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
                                 std::to_string(kMaxSequenceLength) + " (0: 4)");
   }
   options.kv_cache.validate();
+  if (options.blocks.devices != 0 || options.blocks.ordering != RingOrdering::zigzag) {
+    if (!info.splits_over_devices)
+      throw std::invalid_argument("schedule '" + info.name + "': devices " + std::to_string(options.blocks.devices) +
+                                  ", ordering " + to_string(options.blocks.ordering) +
+                                  " are a ring's; allowed: ring, ring_backward, or neither given");
+    if (options.blocks.devices < 0 || options.blocks.devices > kMaxRingDevices)
+      throw std::invalid_argument("devices = " + std::to_string(options.blocks.devices) + "; allowed: 1.." +
+                                  std::to_string(kMaxRingDevices) + " (0: 4)");
+  }
   if (options.kv_cache.paged() && info.pass != Pass::decode) {
     throw std::invalid_argument("schedule '" + info.name + "': a paged KV cache (page_size " +
                                 std::to_string(options.kv_cache.page_size) +
@@ -392,6 +465,8 @@ BlockSizes resolve_blocks(const ScheduleInfo& info, const Problem& problem, cons
   }
   BlockSizes derived = derive_blocks(info.name, problem, options.sram_bytes, options.block_rule);
   derived.num_splits = options.blocks.num_splits;  // split_kv: a split count may come with derived blocks
+  derived.devices = options.blocks.devices;        // ring: the devices and ordering too
+  derived.ordering = options.blocks.ordering;
   return derived;
 }
 
@@ -571,6 +646,7 @@ Counters run_unit(const ScheduleInfo& info, const Problem& problem, const RunOpt
 RunResult run_impl(const ScheduleInfo& info, const Problem& problem, const RunOptions& given_options,
                    AttentionTensors* tensors) {
   problem.validate();
+  require_supported(info, problem);
   RunResult result;
   result.schedule = info.name;
   result.blocks = resolve_blocks(info, problem, given_options);
@@ -645,6 +721,15 @@ const ScheduleInfo& find_schedule(std::string_view name) {
   throw std::invalid_argument("schedule '" + std::string(name) + "' is unknown; allowed: " + schedule_names());
 }
 
+void require_supported(const ScheduleInfo& info, const Problem& problem) {
+  if (info.unsupported == nullptr) return;
+  if (const std::string refusal = info.unsupported(problem); !refusal.empty()) throw std::invalid_argument(refusal);
+}
+
+RingTiling ring_tiling(const BlockSizes& blocks) {
+  return {{blocks.block_rows, blocks.block_cols}, blocks.devices > 0 ? blocks.devices : 4, blocks.ordering};
+}
+
 std::string schedule_names(const char* separator) {
   std::string names;
   for (const ScheduleInfo& info : schedules()) names += (names.empty() ? "" : separator) + info.name;
@@ -654,6 +739,7 @@ std::string schedule_names(const char* separator) {
 RunCost run_cost(std::string_view name, const Problem& problem, const RunOptions& options, bool caller_tensors) {
   const ScheduleInfo& info = find_schedule(name);
   problem.validate();
+  require_supported(info, problem);
   try {
     return cost_of(info, problem, options, resolve_blocks(info, problem, options), caller_tensors);
   } catch (const SizeOverflow& error) {

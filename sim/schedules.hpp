@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algorithms/12_ring_attention.hpp"
 #include "algorithms/paged_kv_cache.hpp"
 #include "algorithms/problem.hpp"
 #include "algorithms/pseudocode.hpp"
@@ -64,6 +65,10 @@ struct BlockSizes {
   int block_rows = 0;  // Br: query rows per block (square tiling: the tile side B)
   int block_cols = 0;  // Bc: keys per block (memory-efficient: keys per chunk)
   int num_splits = 0;  // split_kv only: KV chunks (0: 4); kept when the other two are derived
+  // ring, ring_backward only (the sequence split over devices, 12_ring_attention.hpp); kept when
+  // the block sizes are derived: the ring's devices P (0: 4) and which positions each holds.
+  int devices = 0;
+  RingOrdering ordering = RingOrdering::zigzag;
   bool given() const { return block_rows > 0 || block_cols > 0; }
   bool operator==(const BlockSizes&) const = default;
 };
@@ -119,8 +124,13 @@ struct ScheduleInfo {
   // One block side B = Br = Bc (square tiling, which also slices d and dv by B); the others two.
   bool one_sided = false;
   // Without a mask, the counts depend on Bc only through ceil(N_k / Bc) (search.hpp); false when
-  // key blocks restart at every KV chunk (split_kv).
+  // key blocks restart at every KV chunk (split_kv) or block pair (ring).
   bool key_block_count_decides = true;
+  // The sequence is split over devices (BlockSizes::devices, ordering): ring, ring_backward.
+  bool splits_over_devices = false;
+  // What the schedule cannot run, or "" (null: it runs every valid problem); run_schedule and
+  // closed_form refuse such a problem with std::invalid_argument carrying this text.
+  std::string (*unsupported)(const Problem&) = nullptr;
 
   // The schedule's module: every pointer is set by its registry entry (schedules.cpp), and the
   // public functions of closed_forms.hpp, bounds.hpp and search.hpp look them up by name.
@@ -167,6 +177,10 @@ struct ScheduleInfo::HeadCall {
 
 const std::vector<ScheduleInfo>& schedules();
 const ScheduleInfo& find_schedule(std::string_view name);
+// Throws std::invalid_argument with the schedule's own refusal when it cannot run the problem.
+void require_supported(const ScheduleInfo& info, const Problem& problem);
+// The ring's tiling from block sizes (devices 0: 4).
+RingTiling ring_tiling(const BlockSizes& blocks);
 std::string schedule_names(const char* separator = ", ");
 
 RunResult run_schedule(std::string_view name, const Problem& problem, const RunOptions& options);

@@ -19,7 +19,7 @@ bool TraceInfo::operator==(const TraceInfo& other) const {
          mask.causal == other.mask.causal && mask.alignment == other.mask.alignment &&
          mask.window_left == other.mask.window_left && mask.window_right == other.mask.window_right &&
          sram_capacity_bytes == other.sram_capacity_bytes && block_rows == other.block_rows &&
-         block_cols == other.block_cols;
+         block_cols == other.block_cols && devices == other.devices;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -64,6 +64,7 @@ void TraceRecorder::record(const TraceEvent& event) noexcept {
     stored.row_max = event.row_max;
     stored.row_sum = event.row_sum;
     stored.rescale = event.rescale;
+    stored.step = event.step, stored.device = event.device, stored.block = event.block;
     if (keeps_values) stored.values = event.values;
     events_.push_back(std::move(stored));
   } catch (const std::exception&) {  // out of memory: noted, reported by finish(), never thrown from here
@@ -97,16 +98,16 @@ TensorId tensor_from_string(const std::string& name) {
     if (name == to_string(static_cast<TensorId>(i))) return static_cast<TensorId>(i);
   }
   throw std::invalid_argument("tensor '" + name + "' is unknown; allowed: Q, K, V, O, LSE, dO, dQ, dK, dV, D, S, P, dS, dP, "
-                              "m, l, O_partial, LSE_partial, A, X, Y");
+                              "m, l, O_partial, LSE_partial, A, X, Y, page_table");
 }
 
 EventKind event_kind_from_string(const std::string& name) {
   for (EventKind kind : {EventKind::load, EventKind::store, EventKind::compute, EventKind::free,
-                         EventKind::softmax_update, EventKind::line}) {
+                         EventKind::softmax_update, EventKind::line, EventKind::ring_step}) {
     if (name == to_string(kind)) return kind;
   }
   throw std::invalid_argument("event kind '" + name + "' is unknown; allowed: load, store, compute, free, "
-                              "softmax_update, line");
+                              "softmax_update, line, ring_step");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -131,6 +132,11 @@ json event_to_json(const RecordedEvent& e) {
   j["kind"] = to_string(e.kind);
   if (e.kind == EventKind::line) {
     j["line"] = e.line;
+    j["sram"] = e.sram_bytes;
+    return j;
+  }
+  if (e.kind == EventKind::ring_step) {
+    j["step"] = e.step, j["device"] = e.device, j["block"] = e.block;
     j["sram"] = e.sram_bytes;
     return j;
   }
@@ -270,6 +276,12 @@ RecordedEvent event_from_json(const Reader& in, const json& j, const TraceInfo& 
     e.line = in.small_integer(j, "line", where, 0);
     return e;
   }
+  if (e.kind == EventKind::ring_step) {  // the ranges are checked against the header's devices
+    e.step = in.small_integer(j, "step", where);
+    e.device = in.small_integer(j, "device", where);
+    e.block = in.small_integer(j, "block", where);
+    return e;
+  }
   e.tensor = in.named(j, "tensor", where, tensor_from_string);
   e.rows = in.range(j, "rows", where, row_extent(e.tensor, info));
   e.cols = in.range(j, "cols", where, col_extent(e.tensor, info));
@@ -295,6 +307,14 @@ void check_event(const JsonFields& in, const RecordedEvent& e, const TraceInfo& 
     in.fail(where, JsonFields::out_of_range("sram", e.sram_bytes, sram_allowed(info)));
   if (e.kind == EventKind::line) {
     if (e.line < 0) in.fail(where, JsonFields::out_of_range("line", e.line, JsonFields::integer_range(0, kIntMax)));
+    return;
+  }
+  if (e.kind == EventKind::ring_step) {
+    if (info.devices < 1) in.fail(where, "a ring_step event in a trace without devices; allowed: ring steps in a ring's trace only");
+    for (const auto& [name, value] : {std::pair{"step", e.step}, std::pair{"device", e.device}, std::pair{"block", e.block}}) {
+      if (value < 0 || value >= info.devices)
+        in.fail(where, JsonFields::out_of_range(name, value, JsonFields::integer_range(0, info.devices - 1) + " (the ring's devices)"));
+    }
     return;
   }
   check_ranges(in, e, info, where);
@@ -343,6 +363,8 @@ void check_trace(const Trace& trace, const std::string& source) {
   for (const auto& [name, value] : {std::pair{"block_rows", info.block_rows}, std::pair{"block_cols", info.block_cols}}) {
     if (value < 1) in.fail("top level", JsonFields::out_of_range(name, value, JsonFields::integer_range(1, kIntMax)));
   }
+  if (info.devices < 0 || info.devices > kMaxRingDevices)
+    in.fail("top level", JsonFields::out_of_range("devices", info.devices, JsonFields::integer_range(0, kMaxRingDevices)));
   if (info.sram_capacity_bytes < 0)
     in.fail("top level", JsonFields::out_of_range("sram_capacity_bytes", info.sram_capacity_bytes,
                                                   JsonFields::integer_range(0, std::numeric_limits<std::int64_t>::max())));
@@ -390,6 +412,7 @@ std::string trace_to_json_text(const Trace& trace, int indent) {
   j["sram_capacity_bytes"] = info.sram_capacity_bytes;
   j["block_rows"] = info.block_rows;
   j["block_cols"] = info.block_cols;
+  if (info.devices > 0) j["devices"] = info.devices;
   json events = json::array();
   for (const RecordedEvent& e : trace.events) events.push_back(event_to_json(e));
   j["events"] = std::move(events);
@@ -424,6 +447,7 @@ Trace trace_from_json_text(const std::string& text, const std::string& source) {
     info.sram_capacity_bytes = in.integer(j, "sram_capacity_bytes", "top level", 0, std::numeric_limits<std::int64_t>::max());
     info.block_rows = in.small_integer(j, "block_rows", "top level", 1);
     info.block_cols = in.small_integer(j, "block_cols", "top level", 1);
+    if (j.contains("devices")) info.devices = static_cast<int>(in.integer(j, "devices", "top level", 1, kMaxRingDevices));
 
     const json& events = in.field(j, "events", "top level");
     if (!events.is_array()) in.fail("top level", JsonFields::out_of_range("events", events, "an array of events"));

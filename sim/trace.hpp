@@ -50,6 +50,7 @@ struct RecordedEvent {
   std::int64_t bytes = 0;       // the tile's size; load and store: the HBM bytes moved
   std::vector<float> row_max, row_sum, rescale;  // softmax_update: per row of the query block
   std::vector<float> values;                     // compute: the tile's values, when recorded
+  int step = 0, device = 0, block = 0;           // ring_step: device `device` holds block `block` at `step`
 
   std::int64_t elements() const { return static_cast<std::int64_t>(rows.size) * cols.size; }
   bool operator==(const RecordedEvent&) const = default;
@@ -67,6 +68,7 @@ struct TraceInfo {
   std::int64_t sram_capacity_bytes = 0;  // M in bytes; 0: unbounded
   int block_rows = 0;                    // the schedule's tiling (a file holds >= 1)
   int block_cols = 0;
+  int devices = 0;                       // a ring's devices (its ring_step events); 0: not a ring
   bool operator==(const TraceInfo&) const;
 };
 

@@ -73,5 +73,6 @@ void ShowMemory(Lane& lane, const char* title, bool* open);
 void ShowSoftmaxState(Lane& lane, const char* title, bool* open);
 void ShowCounters(Lane& lane, const char* title, bool* open);
 void ShowPseudocode(Lane& lane, const char* title, bool* open);
+void ShowRing(Lane& lane, const char* title, bool* open);
 
 }  // namespace flashlab::viz

@@ -3,6 +3,7 @@
 //   flashlab_viz                                   # FA2 on N = 256, d = 64, 64 x 64 blocks
 //   flashlab_viz --schedule fa2 --compare standard --seqlen 192 --mask causal --blocks 32x32
 //   flashlab_viz --trace fa2.json                  # replay a saved trace
+//   flashlab_viz --schedule ring --devices 4 --ordering zigzag --mask causal --seqlen 128 --blocks 16x16
 //   flashlab_viz --screenshot out.png --frames 3 --position 0.4   # headless: write a PNG, exit
 //
 // The stages follow Dear ImGui's GLFW + OpenGL 3 example: options, window and GL context, ImGui
@@ -51,7 +52,7 @@ const char* kUsage =
     "                    [--head-dim D] [--mask none|causal|window] [--window W] [--dtype fp32|fp16|bf16]\n"
     "                    [--blocks BRxBC | --sram BYTES [--block-rule fitting|paper]] [--trace FILE] [--save-trace FILE]\n"
     "                    [--screenshot FILE.png [--frames N] [--position P] [--hover ROWxCOL] [--layout FILE.json]]\n"
-    "                    [--size WxH]\n"
+    "                    [--size WxH] [--devices P] [--ordering contiguous|striped|zigzag]   (ring schedules)\n"
     "Schedules: the registry of sim/schedules.hpp (flashlab list). --position P is the fraction of the\n"
     "trace played before the screenshot, 0 .. 1. See docs/visualizer.md.\n";
 
@@ -100,6 +101,10 @@ Options parse_options(int argc, char** argv) {
       r.window = parse_int(option, value, 0, 1 << 24);
     } else if (option == "--dtype") {
       r.dtype = dtype_from_string(value);
+    } else if (option == "--devices") {
+      r.devices = parse_int(option, value, 1, kMaxRingDevices);
+    } else if (option == "--ordering") {
+      r.ordering = ring_ordering_from_string(value);
     } else if (option == "--blocks") {
       std::tie(r.block_rows, r.block_cols) = parse_pair(option, value, 1, 1 << 16);
       r.blocks_from_sram = false;

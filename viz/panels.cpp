@@ -10,6 +10,7 @@
 //   [SECTION] Online softmax: running max m, sum l and the rescale factor per row
 //   [SECTION] Counters: HBM bytes per tensor so far, the whole run, the closed form
 //   [SECTION] Pseudocode: the paper's algorithm with the current line highlighted
+//   [SECTION] Ring: which key/value block each device holds at each step (Ring Attention)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -242,7 +243,8 @@ void ShowApp(AppState& app) {
     const char* name = lane.schedule.c_str();
     std::snprintf(score, sizeof score, "Score tiles: %s###score%d", name, i);
     std::snprintf(memory, sizeof memory, "HBM and SRAM: %s###memory%d", name, i);
-    std::snprintf(softmax, sizeof softmax, "Online softmax: %s###softmax%d", name, i);
+    std::snprintf(softmax, sizeof softmax, lane.trace.info.devices > 0 ? "Ring steps: %s###softmax%d" : "Online softmax: %s###softmax%d",
+                  name, i);
     std::snprintf(counters, sizeof counters, "HBM traffic: %s###counters%d", name, i);
     std::snprintf(code, sizeof code, "Pseudocode: %s###code%d", name, i);
     if (!app.compare) {
@@ -254,7 +256,11 @@ void ShowApp(AppState& app) {
       place({width * 0.72f, top}, {width * 0.28f, upper}, cond);
       ShowPseudocode(lane, code, nullptr);
       place({0, top + upper}, {width * 0.40f, height - upper}, cond);
-      ShowSoftmaxState(lane, softmax, nullptr);
+      if (lane.trace.info.devices > 0) {
+        ShowRing(lane, softmax, nullptr);  // a ring's steps in the softmax panel's place
+      } else {
+        ShowSoftmaxState(lane, softmax, nullptr);
+      }
       place({width * 0.40f, top + upper}, {width * 0.60f, height - upper}, cond);
       ShowCounters(lane, counters, nullptr);
     } else {
@@ -266,7 +272,12 @@ void ShowApp(AppState& app) {
       };
       column(0), ShowScoreTiles(lane, score, nullptr);
       column(1), ShowMemory(lane, memory, nullptr);
-      column(2), ShowSoftmaxState(lane, softmax, nullptr);
+      column(2);
+      if (lane.trace.info.devices > 0) {
+        ShowRing(lane, softmax, nullptr);
+      } else {
+        ShowSoftmaxState(lane, softmax, nullptr);
+      }
       column(3), ShowCounters(lane, counters, nullptr);
       column(4), ShowPseudocode(lane, code, nullptr);
     }
@@ -940,6 +951,43 @@ void ShowPseudocode(Lane& lane, const char* title, bool* open) {
       ImGui::SetScrollHereY(0.5f);
       lane.scrolled_to_line = line.number;
     }
+  }
+  ImGui::End();
+}
+
+// ---------------------------------------------------------------------------------------------
+// [SECTION] Ring
+
+// Devices down, steps across: the block each device holds at each step; the step under way lit,
+// the device at work outlined, steps not begun yet empty.
+void ShowRing(Lane& lane, const char* title, bool* open) {
+  if (!BeginLanePanel(lane, title, open)) return;
+  const RingHoldings ring = ring_holdings(lane.trace, lane.state.position);
+  ImGui::Text("%d devices; step %d of %d; K/V blocks pass to the next device each step", ring.devices, ring.step + 1,
+              ring.devices);
+  const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_SizingFixedFit;
+  if (ring.devices > 0 && ring.devices <= 64 && ImGui::BeginTable("ring", ring.devices + 1, flags)) {
+    ImGui::TableSetupColumn("device");
+    for (int step = 0; step < ring.devices; ++step) {
+      char name[24];
+      std::snprintf(name, sizeof name, "step %d", step);
+      ImGui::TableSetupColumn(name);
+    }
+    ImGui::TableHeadersRow();
+    for (int device = 0; device < ring.devices; ++device) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", device);
+      for (int step = 0; step < ring.devices; ++step) {
+        ImGui::TableNextColumn();
+        const int block = ring.blocks[static_cast<std::size_t>(step)][static_cast<std::size_t>(device)];
+        if (block < 0) continue;
+        const bool now = step == ring.step, working = now && device == ring.device;
+        if (now) ImGui::TableSetBgColor(ImGuiTableBgTarget_CellBg, working ? IM_COL32(230, 160, 60, 200) : IM_COL32(90, 130, 200, 150));
+        ImGui::Text("KV %d", block);
+      }
+    }
+    ImGui::EndTable();
   }
   ImGui::End();
 }

@@ -53,6 +53,10 @@ Recording record_trace(const RecordRequest& request) {
   options.memory = sim::MemoryKind::data;
   options.sram_bytes = request.sram_bytes;
   if (!request.blocks_from_sram) options.blocks = {request.block_rows, request.block_cols};
+  if (sim::find_schedule(request.schedule).splits_over_devices) {
+    options.blocks.devices = request.devices;
+    options.blocks.ordering = request.ordering;
+  }
   options.block_rule = request.block_rule;
   options.seed = request.seed;
   TraceRecorder recorder(kMaxAnimatedEvents, kRecordedTileValues);
@@ -60,6 +64,7 @@ Recording record_trace(const RecordRequest& request) {
   const sim::RunResult run = sim::run_schedule(request.schedule, problem, options);
 
   TraceInfo info = trace_info(run.schedule, problem, request.sram_bytes, run.blocks.block_rows, run.blocks.block_cols);
+  info.devices = run.blocks.devices;  // a ring's (0 for the others)
   if (recorder.overflowed())
     throw std::invalid_argument(too_large("this problem", std::to_string(recorder.seen_events()) +
                                                               " events, more than the " +

@@ -30,6 +30,8 @@ struct RecordRequest {
   std::int64_t sram_bytes = 0;       // M in bytes (bounds the arena; 0: unbounded)
   DType dtype = DType::fp32;
   std::uint64_t seed = 1;
+  int devices = 4;                   // ring schedules: the ring's devices and ordering
+  RingOrdering ordering = RingOrdering::zigzag;
 };
 
 // The one-head problem a request describes.

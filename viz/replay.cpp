@@ -113,6 +113,7 @@ void apply_event(TraceState& state, const Trace& trace, std::size_t index) {
       break;
     case EventKind::compute:
     case EventKind::softmax_update:
+    case EventKind::ring_step:
       break;
   }
   if (allocates(trace, index)) state.sram.push_back({e.tensor, e.rows, e.cols, e.bytes, index});
@@ -120,6 +121,23 @@ void apply_event(TraceState& state, const Trace& trace, std::size_t index) {
   state.sram_peak_bytes = std::max(state.sram_peak_bytes, e.sram_bytes);
   state.position = index + 1;
   state.last = &e;
+}
+
+RingHoldings ring_holdings(const Trace& trace, std::size_t position) {
+  RingHoldings ring;
+  ring.devices = trace.info.devices;
+  if (ring.devices <= 0) return ring;
+  const auto devices = static_cast<std::size_t>(ring.devices);
+  ring.blocks.assign(devices, std::vector<int>(devices, -1));
+  position = std::min(position, trace.events.size());
+  for (std::size_t i = 0; i < position; ++i) {
+    const RecordedEvent& e = trace.events[i];
+    if (e.kind != EventKind::ring_step) continue;  // the loader holds step, device, block < devices
+    ring.blocks[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.device)] = e.block;
+    ring.step = std::max(ring.step, e.step);
+    ring.device = e.device;
+  }
+  return ring;
 }
 
 TraceState state_at(const Trace& trace, std::size_t position) {

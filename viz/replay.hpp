@@ -155,6 +155,20 @@ struct TileValues {
 std::optional<TileValues> score_tile_values(const Trace& trace, std::size_t position, TensorId tensor, int row, int col);
 
 // ---------------------------------------------------------------------------------------------
+// A ring's steps (Ring Attention traces: ring_step events)
+
+struct RingHoldings {
+  int devices = 0;                      // 0: not a ring's trace
+  int step = -1;                        // the latest step begun before the position (-1: none yet)
+  int device = -1;                      // the device working at the position
+  // [step][device]: the key/value block (its owner) the device holds, -1 until that step began.
+  std::vector<std::vector<int>> blocks;
+};
+
+// Which block each device holds at each step, from the ring_step events before the position.
+RingHoldings ring_holdings(const Trace& trace, std::size_t position);
+
+// ---------------------------------------------------------------------------------------------
 // The visualizer's limits
 
 // Throws std::invalid_argument naming `source`, what is too large and the limit (limits.hpp)

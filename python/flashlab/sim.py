@@ -414,6 +414,35 @@ def load_trace(path: str) -> Trace:
 # Machines
 
 
+def ring(problem: Problem, *, devices: int = 8, ordering: str = "zigzag", backward: bool = False,
+         machine: str = "h200", blocks: Blocks = None) -> dict:
+    """Ring Attention on a machine, as `flashlab ring` models it (sim/ring.hpp): the sequence of
+    `problem` (seqlen_q = seqlen_k = devices x the shard) split over `devices` devices by `ordering`
+    ("contiguous", "striped", "zigzag"); each device's counters, and per step the block each device
+    holds, the link bytes and times, the compute (roofline and matmul) times and whether the
+    transfer hides; totals, the hidden share of the link time, the overlap condition. Blocks inside
+    a device derive from the machine's SRAM unless given."""
+    b = _given_blocks(blocks)
+    return _core.ring_model(problem, _integer("devices", devices, 1, limits["max_ring_devices"]), str(ordering),
+                            bool(backward), b.block_rows, b.block_cols, machine, MACHINES_DIR)
+
+
+def ring_overlap(problem: Problem, devices: Union[int, Sequence[int]] = (2, 4, 8), *, ordering: str = "zigzag",
+                 machine: str = "h200", granularity: int = 64) -> list:
+    """Where a ring's overlap begins, as `flashlab ring --sweep`: for each number of devices, forward
+    and backward, the shortest seqlen per device (a multiple of `granularity`) at which every step's
+    transfer takes no longer than its matmul time (seqlen_per_device) and than its roofline time
+    (roofline_seqlen_per_device), with the matmul-bound estimate. `problem` gives heads, head dims,
+    dtype and mask; its lengths are ignored."""
+    points = []
+    for p in _list("devices", devices):
+        for backward in (False, True):
+            points.append(_core.ring_overlap(problem, _integer("devices", p, 1, limits["max_ring_devices"]), str(ordering),
+                                             backward, machine, MACHINES_DIR,
+                                             _integer("granularity", granularity, 1, 1 << 20)))
+    return points
+
+
 def machines() -> list:
     """The machine presets the package carries, sorted by key: dicts with key, name, dtype,
     sram_bytes, hbm_bytes_per_second, matmul_flops_per_second, exp_per_second,

@@ -63,6 +63,7 @@ void bind_limits(nb::module_& m) {
   limits["max_sram_bytes"] = kMaxSramBytes;
   limits["min_sweep_sram_bytes"] = kMinSweepSramBytes;
   limits["max_sweep_seqlen"] = kMaxSweepSeqlen;
+  limits["max_ring_devices"] = kMaxRingDevices;
   limits["max_sweep_head_dim"] = kMaxSweepHeadDim;
   limits["max_sweep_jobs"] = sim::kMaxSweepJobs;
   limits["max_trace_events"] = kMaxTraceEvents;

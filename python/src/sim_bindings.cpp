@@ -20,6 +20,7 @@
 #include "sim/closed_forms.hpp"
 #include "sim/machines.hpp"
 #include "sim/report.hpp"
+#include "sim/ring.hpp"
 #include "sim/schedules.hpp"
 #include "sim/serving.hpp"
 #include "sim/search.hpp"
@@ -264,6 +265,39 @@ void bind_machines(nb::module_& m) {
   }, nb::arg("machine"), nb::arg("directory"));
 }
 
+// Ring Attention on a machine (sim/ring.hpp): one run's model, and where overlap begins.
+void bind_ring(nb::module_& m) {
+  m.def("ring_model", [](const Problem& problem, int devices, const std::string& ordering, bool backward, int block_rows,
+                         int block_cols, const std::string& machine_key, const std::string& directory) {
+    const Machine machine = find_machine(machine_key, directory);
+    RingTiling tiling{{block_rows, block_cols}, devices, ring_ordering_from_string(ordering)};
+    tiling.validate_devices();  // before any blocks are derived
+    json record;
+    {
+      nb::gil_scoped_release release;
+      if (block_rows == 0 && block_cols == 0) tiling.blocks = ring_blocks(problem, backward, machine);
+      record = to_json(model_ring(problem, tiling, backward, machine));
+      record["blocks"] = {{"block_rows", tiling.blocks.block_rows}, {"block_cols", tiling.blocks.block_cols},
+                          {"devices", devices}, {"ordering", to_string(tiling.ordering)}};
+      record["machine"] = machine.key;
+    }
+    return to_python(record);
+  }, nb::arg("problem"), nb::arg("devices"), nb::arg("ordering"), nb::arg("backward"), nb::arg("block_rows"),
+     nb::arg("block_cols"), nb::arg("machine"), nb::arg("directory"));
+  m.def("ring_overlap", [](const Problem& shape, int devices, const std::string& ordering, bool backward,
+                           const std::string& machine_key, const std::string& directory, int granularity) {
+    const Machine machine = find_machine(machine_key, directory);
+    RingTiling tiling{{0, 0}, devices, ring_ordering_from_string(ordering)};
+    json record;
+    {
+      nb::gil_scoped_release release;
+      record = to_json(ring_overlap_threshold(shape, tiling, backward, machine, granularity));
+    }
+    return to_python(record);
+  }, nb::arg("problem"), nb::arg("devices"), nb::arg("ordering"), nb::arg("backward"), nb::arg("machine"),
+     nb::arg("directory"), nb::arg("granularity"));
+}
+
 }  // namespace
 
 void bind_sim(nb::module_& m) {
@@ -278,6 +312,9 @@ void bind_sim(nb::module_& m) {
       .def_rw("block_rows", &BlockSizes::block_rows)
       .def_rw("block_cols", &BlockSizes::block_cols)
       .def_rw("num_splits", &BlockSizes::num_splits)
+      .def_rw("devices", &BlockSizes::devices)
+      .def_prop_rw("ordering", [](const BlockSizes& b) { return std::string(to_string(b.ordering)); },
+                   [](BlockSizes& b, const std::string& name) { b.ordering = ring_ordering_from_string(name); })
       .def("__eq__", [](const BlockSizes& a, const BlockSizes& b) { return a == b; });
 
   m.def("schedules", [] {
@@ -384,6 +421,7 @@ void bind_sim(nb::module_& m) {
   bind_closed_forms(m);
   bind_bounds(m);
   bind_machines(m);
+  bind_ring(m);
 }
 
 }  // namespace flashlab::python

@@ -11,6 +11,9 @@
 //   flashlab kernel-tiles --machine h200 --json tiles.json                 the GPU kernels' tilings (those an H200 runs)
 //   flashlab search --schedule fa2 -n 16384 -d 128 --machine h200 --multiple-of 16
 //                                                                          the tilings of M with the least HBM traffic or time
+//   flashlab ring --machine h200 --devices 8 --seqlen-per-device 32768 --heads 32 -d 128 --causal
+//                                                                          Ring Attention: HBM per device, link bytes per step, overlap
+//   flashlab ring --machine h200 --sweep --sweep-devices 2,4,8             the seqlen per device where the transfers hide
 //   flashlab --version                                                     the CMake project's version
 //
 // Bad input (unknown schedule or machine, malformed JSON, sizes out of range, M below the smallest
@@ -49,6 +52,7 @@
 #include "sim/output_file.hpp"
 #include "sim/progress.hpp"
 #include "sim/report.hpp"
+#include "sim/ring.hpp"
 #include "sim/schedules.hpp"
 #include "sim/serving.hpp"
 #include "sim/search.hpp"
@@ -122,7 +126,8 @@ struct ProblemOptions {
   std::string dtype = "fp32";
   std::string sram;      // "228K"
   std::string machine;   // preset key or path
-  int block_rows = 0, block_cols = 0, splits = 0;
+  int block_rows = 0, block_cols = 0, splits = 0, devices = 0;
+  std::string ordering;                // ring schedules: contiguous, striped or zigzag
   std::string block_rule = "fitting";  // derived blocks: "fitting" or "paper"
 
   // with_blocks: the explicit block sizes and the block rule too (not for search, which picks them).
@@ -145,6 +150,8 @@ struct ProblemOptions {
     app.add_option("--machine", machine, "machine preset key (flashlab machines) or a preset .json path");
     add_decimal_option(app, "--splits", splits, "split_kv: number of KV chunks (0: 4)", 0, kMaxSequenceLength);
     if (!with_blocks) return;
+    add_decimal_option(app, "--devices", devices, "ring, ring_backward: devices of the ring (0: 4)", 0, kMaxRingDevices);
+    app.add_option("--ordering", ordering, "ring, ring_backward: contiguous, striped or zigzag (default)");
     add_decimal_option(app, "--block-rows", block_rows, "explicit Br (query rows per block; 0: derived)", 0,
                        kMaxSequenceLength);
     add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (keys per block; 0: derived)", 0, kMaxSequenceLength);
@@ -178,6 +185,14 @@ struct ProblemOptions {
     }
     if (splits < 0) throw BadInput("--splits = " + std::to_string(splits) + "; allowed: >= 1 (0: 4)");
     options.blocks.num_splits = splits;  // kept by the registry when the block sizes are derived
+    options.blocks.devices = devices;    // and a ring's devices and ordering
+    if (!ordering.empty()) {
+      try {
+        options.blocks.ordering = ring_ordering_from_string(ordering);
+      } catch (const std::invalid_argument& error) {
+        throw BadInput(std::string("--ordering: ") + error.what());
+      }
+    }
     options.block_rule = parse_block_rule(block_rule);
     return options;
   }
@@ -395,7 +410,8 @@ int command_trace(ProblemOptions& po, const std::string& schedule, bool dtype_gi
   options.trace = &recorder;
   if (checks_only) return 0;
   const RunResult result = run_schedule(schedule, problem, options);
-  const TraceInfo info = trace_info(schedule, problem, options.sram_bytes, result.blocks.block_rows, result.blocks.block_cols);
+  TraceInfo info = trace_info(schedule, problem, options.sram_bytes, result.blocks.block_rows, result.blocks.block_cols);
+  info.devices = result.blocks.devices;  // a ring's (0 for the others)
   const Trace trace = recorder.finish(info);  // TraceOverflow when the bound was hit: no file
   write_output_file(out, trace_to_json_text(trace) + "\n");
   std::cout << "trace of " << schedule << ": " << trace.events.size() << " events, HBM "
@@ -517,6 +533,171 @@ int command_search(ProblemOptions& po, const SearchCommand& sc, bool dtype_given
   return result.verification.closed_form_equal ? 0 : 1;
 }
 
+
+// Ring Attention on a machine (sim/ring.hpp): per device HBM traffic, per step the blocks held,
+// link bytes and times, the overlap condition; or (--sweep) where overlap begins for each P.
+struct RingCommand {
+  std::string machine = "h200", ordering = "zigzag", dtype, sweep_devices = "2,4,8";
+  int devices = 8, seqlen_per_device = 32768, batch = 1, heads = 32, heads_kv = 0, head_dim = 128, head_dim_v = 0;
+  int block_rows = 0, block_cols = 0, granularity = 64;
+  bool causal = false, backward = false, sweep = false;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--machine", machine, "machine preset with a link (flashlab machines; default h200)");
+    add_decimal_option(app, "--devices,-P", devices, "devices in the ring", 1, kMaxRingDevices);
+    add_decimal_option(app, "--seqlen-per-device", seqlen_per_device, "tokens per device (the sequence is P times as long)", 1,
+                       kMaxSequenceLength);
+    add_decimal_option(app, "--batch", batch, "batch size", 1, kMaxBatch);
+    add_decimal_option(app, "--heads", heads, "query heads", 1, kMaxHeads);
+    add_decimal_option(app, "--heads-kv", heads_kv, "key/value heads (0: --heads; GQA/MQA when fewer)", 0, kMaxHeads);
+    add_decimal_option(app, "--head-dim,-d", head_dim, "head dimension d", 1, kMaxHeadDim);
+    add_decimal_option(app, "--head-dim-v", head_dim_v, "value head dimension (0: d)", 0, kMaxHeadDim);
+    app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: the machine's)");
+    app.add_flag("--causal", causal, "causal mask");
+    app.add_option("--ordering", ordering, "which positions each device holds: contiguous, striped or zigzag (default)");
+    app.add_flag("--backward", backward, "the backward pass (dK, dV travel with K, V)");
+    add_decimal_option(app, "--block-rows", block_rows, "explicit Br inside each device (0: derived from the machine's SRAM)", 0,
+                       kMaxSequenceLength);
+    add_decimal_option(app, "--block-cols", block_cols, "explicit Bc (0: derived)", 0, kMaxSequenceLength);
+    app.add_flag("--sweep", sweep, "the shortest seqlen per device at which every step hides its transfer, for each of --sweep-devices");
+    app.add_option("--sweep-devices", sweep_devices, "comma-separated P of the sweep (default 2,4,8)");
+    add_decimal_option(app, "--granularity", granularity, "the sweep's step in tokens per device", 1, 1 << 20);
+  }
+};
+
+int command_ring(const RingCommand& rc, const std::string& json_path, const std::string& command) {
+  require_writable(json_path);
+  const Machine machine = find_machine(rc.machine);
+  RingTiling tiling;
+  tiling.devices = rc.devices;
+  try {
+    tiling.ordering = ring_ordering_from_string(rc.ordering);
+  } catch (const std::invalid_argument& error) {
+    throw BadInput(std::string("--ordering: ") + error.what());
+  }
+  if ((rc.block_rows > 0) != (rc.block_cols > 0)) throw BadInput("give both --block-rows and --block-cols, or neither");
+  Problem problem;
+  problem.batch = rc.batch;
+  problem.heads_q = rc.heads;
+  problem.heads_kv = rc.heads_kv > 0 ? rc.heads_kv : rc.heads;
+  problem.head_dim = rc.head_dim;
+  problem.head_dim_v = rc.head_dim_v;
+  problem.mask.causal = rc.causal;
+  problem.dtype = rc.dtype.empty() ? machine.dtype : dtype_from_string(rc.dtype);
+  const std::int64_t length = std::int64_t{rc.seqlen_per_device} * rc.devices;
+  if (length > kMaxSequenceLength)
+    throw BadInput("--seqlen-per-device " + std::to_string(rc.seqlen_per_device) + " x --devices " + std::to_string(rc.devices) +
+                   " = " + std::to_string(length) + " tokens; allowed: at most " + std::to_string(kMaxSequenceLength));
+  problem.seqlen_q = problem.seqlen_k = static_cast<int>(length);
+  problem.validate();
+  if (machine.link_bytes_per_second <= 0) model_ring(problem, tiling, rc.backward, machine);  // refused, by name
+  std::vector<int> sweep_devices;
+  if (rc.sweep) sweep_devices = split_ints(rc.sweep_devices, "--sweep-devices", 1, kMaxRingDevices);
+  nlohmann::json json{{"format", "flashlab-ring"}, {"version", 1}, {"command", command}, {"machine", to_json(machine)}};
+  const auto print_header = [&] {
+    std::cout << "Ring Attention on " << machine.key << " (" << machine.name << "): link to the next device "
+              << machine.link_bytes_per_second / 1e9 << " GB/s one direction (" << machine.link_source << ")\n";
+  };
+  if (rc.sweep) {
+    const bool blocks_given = rc.block_rows > 0;
+    if (blocks_given) tiling.blocks = {rc.block_rows, rc.block_cols};
+    if (checks_only) return 0;
+    print_header();
+    std::cout << "where overlap begins: the shortest seqlen per device (a multiple of " << rc.granularity
+              << ") at which every step's transfer takes no longer than its compute, by matmul time (tensor cores at\n"
+                 "their peak) and by roofline time (matmul, HBM, exponentials, other); heads " << problem.heads_q << "/"
+              << problem.heads_kv << ", d " << problem.head_dim << "/" << problem.value_dim() << ", " << to_string(problem.dtype)
+              << (problem.mask.causal ? ", causal" : "") << ", " << to_string(tiling.ordering) << "\n\n";
+    std::cout << std::left << std::setw(6) << "P" << std::setw(10) << "pass" << std::right << std::setw(16) << "by matmul"
+              << std::setw(14) << "estimate" << std::setw(14) << "by roofline" << std::setw(16) << "matmul/step" << std::setw(14)
+              << "link/step" << "\n";
+    nlohmann::json points = nlohmann::json::array();
+    for (const int devices : sweep_devices) {
+      for (const bool backward : {false, true}) {
+        RingTiling t = tiling;
+        t.devices = devices;
+        const RingOverlapPoint p = ring_overlap_threshold(problem, t, backward, machine, rc.granularity);
+        std::ostringstream at, estimate, roofline, compute, link;
+        at << (p.seqlen_per_device > 0 ? std::to_string(p.seqlen_per_device) : "> 1048576");
+        roofline << (p.roofline_seqlen_per_device > 0 ? std::to_string(p.roofline_seqlen_per_device) : "> 1048576");
+        estimate << std::fixed << std::setprecision(0) << p.estimate;
+        compute << std::setprecision(3) << p.compute_seconds * 1e6 << " us";
+        link << std::setprecision(3) << p.link_seconds * 1e6 << " us";
+        std::cout << std::left << std::setw(6) << devices << std::setw(10) << (backward ? "backward" : "forward") << std::right
+                  << std::setw(16) << at.str() << std::setw(14) << estimate.str() << std::setw(14) << roofline.str()
+                  << std::setw(16) << compute.str() << std::setw(14) << link.str() << "\n";
+        points.push_back(to_json(p));
+      }
+    }
+    std::cout << "\n(seqlen per device; estimate: F e (d + dv) / (2 g B W) tokens, F the matmul rate, B the link, W the\n"
+                 "matmul work per score; the sweep runs the schedule at each length, so block edges, masked blocks and the\n"
+                 "slowest device count; by roofline, short shards are HBM-bound: the merge's fp32 O, Q, the partials)\n";
+    json["problem"] = {{"heads_q", problem.heads_q}, {"heads_kv", problem.heads_kv}, {"head_dim", problem.head_dim},
+                       {"head_dim_v", problem.value_dim()}, {"dtype", to_string(problem.dtype)}, {"causal", problem.mask.causal}};
+    json["ordering"] = to_string(tiling.ordering);
+    json["granularity"] = rc.granularity;
+    json["sweep"] = points;
+    if (!json_path.empty()) write_output_file(json_path, json.dump(2) + "\n");
+    return 0;
+  }
+  tiling.blocks = rc.block_rows > 0 ? BlockTiling{rc.block_rows, rc.block_cols} : ring_blocks(problem, rc.backward, machine);
+  if (checks_only) {
+    RunOptions options;  // the limits, before any work
+    Problem unit = problem;
+    unit.batch = 1, unit.heads_q = problem.group_size(), unit.heads_kv = 1;
+    options.blocks = {tiling.blocks.block_rows, tiling.blocks.block_cols, 0, tiling.devices, tiling.ordering};
+    const char* schedule = rc.backward ? "ring_backward" : "ring";
+    require_within_limits(schedule, unit, options, run_cost(schedule, unit, options));
+    return 0;
+  }
+  const RingModel model = model_ring(problem, tiling, rc.backward, machine);
+  print_header();
+  std::cout << (rc.backward ? "backward" : "forward") << ", P " << tiling.devices << ", " << to_string(tiling.ordering)
+            << (problem.mask.causal ? ", causal" : "") << "; batch " << problem.batch << ", heads " << problem.heads_q << "/"
+            << problem.heads_kv << ", " << rc.seqlen_per_device << " tokens per device (N " << problem.seqlen_q << "), d "
+            << problem.head_dim << "/" << problem.value_dim() << ", " << to_string(problem.dtype) << "; blocks Br "
+            << tiling.blocks.block_rows << ", Bc " << tiling.blocks.block_cols << "\n\n";
+  std::cout << std::left << std::setw(6) << "step" << std::setw(std::max(14, 3 * tiling.devices + 2)) << "blocks held"
+            << std::right << std::setw(14) << "link/device" << std::setw(14) << "compute" << std::setw(14) << "link"
+            << "  hidden\n";
+  for (const RingStepTime& s : model.steps) {
+    std::ostringstream blocks, compute, link;
+    for (const int b : s.blocks) blocks << b << " ";
+    if (s.blocks.size() > 16) blocks.str("(" + std::to_string(s.blocks.size()) + " devices)");
+    compute << std::setprecision(3) << s.compute_seconds * 1e3 << " ms";
+    link << std::setprecision(3) << s.link_seconds * 1e3 << " ms";
+    std::cout << std::left << std::setw(6) << s.step << std::setw(std::max(14, 3 * tiling.devices + 2)) << blocks.str()
+              << std::right << std::setw(14) << human_bytes(static_cast<double>(s.link_bytes)) << std::setw(14) << compute.str()
+              << std::setw(14) << link.str() << "  " << (s.hidden() ? "yes" : "NO") << "\n";
+  }
+  std::cout << "\n" << std::left << std::setw(8) << "device" << std::right << std::setw(14) << "HBM" << std::setw(16)
+            << "matmul FLOPs" << std::setw(14) << "link sent" << "\n";
+  for (std::size_t i = 0; i < model.devices.size(); ++i) {
+    const std::int64_t sent = model.link_bytes_sent[i];
+    std::ostringstream flops;
+    flops << std::setprecision(4) << static_cast<double>(model.devices[i].matmul_flops);
+    std::cout << std::left << std::setw(8) << i << std::right << std::setw(14)
+              << human_bytes(static_cast<double>(model.devices[i].hbm_bytes())) << std::setw(16) << flops.str() << std::setw(14)
+              << human_bytes(static_cast<double>(sent)) << "\n";
+  }
+  std::cout << std::setprecision(4) << "\ncompute " << model.compute_seconds * 1e3 << " ms, link " << model.link_seconds * 1e3
+            << " ms, with the transfers overlapped " << model.seconds * 1e3 << " ms; link time hidden "
+            << std::setprecision(3) << 100 * model.hidden_link_share() << " %\n"
+            << "overlap condition (every step: link time <= compute time): " << (model.overlapped() ? "holds" : "FAILS")
+            << " by roofline time, " << (model.overlapped_by_matmul() ? "holds" : "fails") << " by matmul time alone\n";
+  json["problem"] = {{"batch", problem.batch}, {"heads_q", problem.heads_q}, {"heads_kv", problem.heads_kv},
+                     {"seqlen_per_device", rc.seqlen_per_device}, {"seqlen", problem.seqlen_q},
+                     {"head_dim", problem.head_dim}, {"head_dim_v", problem.value_dim()}, {"dtype", to_string(problem.dtype)},
+                     {"causal", problem.mask.causal}};
+  json["devices"] = tiling.devices;
+  json["ordering"] = to_string(tiling.ordering);
+  json["backward"] = rc.backward;
+  json["blocks"] = {{"block_rows", tiling.blocks.block_rows}, {"block_cols", tiling.blocks.block_cols}};
+  json["model"] = to_json(model);
+  if (!json_path.empty()) write_output_file(json_path, json.dump(2) + "\n");
+  return 0;
+}
+
 }  // namespace
 
 int flashlab::cli::run(int argc, char** argv, Mode mode) {
@@ -622,6 +803,12 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   search_problem.head_dim = 128;
   search_problem.add_to(*search, false);
 
+  RingCommand ring_command;
+  CLI::App* ring = app.add_subcommand("ring", "Ring Attention over P devices on a machine: HBM per device, link bytes per step, "
+                                               "the overlap condition; --sweep: where overlap begins");
+  ring_command.add_to(*ring);
+  ring->add_option("--json", json_path, "write the result as JSON (schema: docs/schemas/ring.schema.json)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -641,6 +828,7 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     }
     if (*trace) return command_trace(trace_problem, schedule, trace->count("--dtype") > 0, out, max_events, value_limit);
     if (*machines) return command_machines(as_json);
+    if (*ring) return command_ring(ring_command, json_path, command);
     if (*search) return command_search(search_problem, search_command, search->count("--dtype") > 0, json_path, command);
     if (*kernel_tiles) return command_kernel_tiles(tiles_machine, tiles_generation, tiles_direction, json_path, command);
     if (*experiment) {

@@ -62,6 +62,21 @@ expect_refusal "direction 'sideways' is unknown" kernel-tiles --direction sidewa
 expect_refusal "machine 'z80' is unknown" kernel-tiles --machine z80 --json "$work/out.json"
 expect_refusal "does not exist" kernel-tiles --json "$work/missing/out.json"
 
+# Ring Attention: the ring's sizes, its ordering, a machine without a link, what the ring cannot run.
+sed -e 's/"link_bytes_per_second.*//' -e 's/"link_source.*//' "$(dirname "$0")/../../sim/machines/h200.json" \
+  | sed -e 's/"fp32_source": \(.*\),$/"fp32_source": \1/' >"$work/no_link.json"
+expect_refusal "--devices = '0' is out of range; allowed: 1..1024" ring --devices 0 --json "$work/out.json"
+expect_refusal "--ordering: ring ordering 'spiral' is unknown; allowed: contiguous, striped, zigzag" ring --ordering spiral \
+  --json "$work/out.json"
+expect_refusal "has no link_bytes_per_second" ring --machine "$work/no_link.json" --json "$work/out.json"
+expect_refusal "tokens; allowed: at most 1073741824" ring --devices 1024 --seqlen-per-device 2000000 --json "$work/out.json"
+expect_refusal "give both --block-rows and --block-cols" ring --block-rows 64 --json "$work/out.json"
+expect_refusal "--sweep-devices = '0' is out of range" ring --sweep --sweep-devices 2,0 --json "$work/out.json"
+expect_refusal "devices 8, ordering zigzag are a ring's; allowed: ring, ring_backward" run --schedule fa2 --sram 64K \
+  --devices 8 --json "$work/out.json"
+expect_refusal "--ordering: ring ordering 'diagonal' is unknown" run --schedule ring --sram 64K --ordering diagonal \
+  --json "$work/out.json"
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures refusals wrong"
   exit 1

@@ -72,10 +72,16 @@ with tempfile.TemporaryDirectory() as work:
         "--objective", "time", "--json", out("search.json"))
     run("search", "--schedules", "fa1,fa2", "-n", "300", "-d", "32", "--sram", "16K", "--causal", "--registers-per-thread", "64",
         "--json", out("search_orders.json"))
+    run("ring", "--machine", "h200", "--devices", "4", "--seqlen-per-device", "2048", "--heads", "2", "--causal",
+        "--json", out("ring.json"))
+    run("ring", "--machine", "a100", "--sweep", "--sweep-devices", "2,4", "--heads", "2", "-d", "64", "--json", out("ring_sweep.json"))
+    run("run", "--schedule", "ring_backward", "-n", "300", "-d", "32", "--sram", "32K", "--devices", "3", "--ordering", "striped",
+        "--causal", "--json", out("run_ring.json"))
     with open(out("machines.json"), "w") as f:
         subprocess.run([flashlab, "machines", "--json"], check=True, stdout=f)
 
-    outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json"],
+    outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json", "run_ring.json"],
+               "ring": ["ring.json", "ring_sweep.json"],
                "sweep": ["sweep.json", "sweep_machine.json", "sweep_paper.json"],
                "experiment": ["experiment.json"], "figure2": ["figure2.json"],
                "kernel-tiles": ["tiles.json", "tiles_h200.json"], "trace": ["trace.json", "trace_backward.json"],
@@ -100,6 +106,8 @@ with tempfile.TemporaryDirectory() as work:
     assert "num_splits" in documents["run"][2]["blocks"]
     assert documents["run"][3]["serving"]["page_reads"] == "whole_pages" and "page_table" in documents["run"][3]["counters"]["tensors"]
     assert "page_reads" not in documents["run"][2]["serving"] and documents["run"][4]["dkv_reduction"] == "in_place"
+    assert documents["run"][5]["blocks"]["ordering"] == "striped" and documents["run"][5]["blocks"]["devices"] == 3
+    assert "model" in documents["ring"][0] and "sweep" in documents["ring"][1]
     assert "seconds" in documents["search"][0]["best"] and documents["search"][1]["machine"] is None
     assert len(documents["search"][1]["rules"]) == 4 and documents["search"][1]["verification"]["closed_form_equal"]
     assert {e["kind"] for e in documents["trace"][0]["events"]} >= {"line", "load", "store", "compute", "free", "softmax_update"}

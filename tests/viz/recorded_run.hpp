@@ -36,13 +36,15 @@ inline RecordedRun record_run(const std::string& schedule, const Problem& proble
   options.memory = sim::MemoryKind::data;
   options.blocks = blocks;
   options.trace = &recorder;
-  run.counters = sim::run_schedule(schedule, problem, options, run.tensors).counters;
+  const sim::RunResult result = sim::run_schedule(schedule, problem, options, run.tensors);
+  run.counters = result.counters;
   TraceInfo info;
   info.schedule = schedule;
   info.seqlen_q = problem.seqlen_q, info.seqlen_k = problem.seqlen_k;
   info.head_dim = problem.head_dim, info.head_dim_v = problem.value_dim();
   info.dtype = problem.dtype, info.mask = problem.mask;
   info.block_rows = blocks.block_rows, info.block_cols = blocks.block_cols;
+  info.devices = result.blocks.devices;  // a ring's devices (0 for the others)
   run.trace = recorder.finish(info);
   return run;
 }

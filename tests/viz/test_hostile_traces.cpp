@@ -244,6 +244,25 @@ TEST_CASE("more events than a trace may hold are refused", "[viz][trace][hostile
   }
 }
 
+TEST_CASE("ring steps outside a ring's trace or its devices are refused", "[viz][trace][hostile]") {
+  json step = {{"kind", "ring_step"}, {"step", 1}, {"device", 0}, {"block", 3}, {"sram", 0}};
+  json j = base_trace();
+  j["events"].push_back(step);
+  std::string message = refusal_of(text_of(j));
+  CHECK(contains(message, "t.json: event 5: a ring_step event in a trace without devices"));
+  j["devices"] = 4;
+  CHECK(refusal_of(text_of(j)) == "(accepted)");
+  for (const char* field : {"step", "device", "block"}) {
+    json bad = j;
+    bad["events"][5][field] = 4;
+    message = refusal_of(text_of(bad));
+    INFO(message);
+    CHECK(contains(message, std::string("event 5: field '") + field + "' = 4; allowed: an integer in 0 .. 3 (the ring's devices)"));
+  }
+  j["devices"] = 0;
+  CHECK(contains(refusal_of(text_of(j)), "field 'devices' = 0; allowed: an integer in 1 .. 1024"));
+}
+
 TEST_CASE("traces recorded by every schedule pass the loader's checks", "[viz][trace][hostile]") {
   const Problem problem = test::small_problem(37, 70, 24, viz::MaskChoice::causal);
   for (const std::string& schedule : viz::schedule_names()) {

@@ -256,3 +256,33 @@ TEST_CASE("a recording with blocks from M has flashlab run's blocks and counts, 
     }
   }
 }
+
+TEST_CASE("a ring's replay shows which block each device holds at each step", "[viz][replay][ring]") {
+  const RingOrdering ordering = GENERATE(RingOrdering::contiguous, RingOrdering::striped, RingOrdering::zigzag);
+  const Problem problem = test::small_problem(48, 48, 16, MaskChoice::causal);
+  sim::BlockSizes blocks{8, 8};
+  blocks.devices = 3, blocks.ordering = ordering;
+  const test::RecordedRun run = test::record_run("ring", problem, blocks, 0);
+  REQUIRE(run.trace.info.devices == 3);
+  const RingHoldings start = ring_holdings(run.trace, 0);
+  CHECK(start.step == -1);
+  const RingHoldings end = ring_holdings(run.trace, run.trace.events.size());
+  CHECK(end.step == 2);
+  for (int step = 0; step < 3; ++step)
+    for (int device = 0; device < 3; ++device) CHECK(end.blocks[step][device] == (device - step + 3) % 3);
+  // Just after device 1 begins step 1: it holds device 0's block; device 2 has not begun the step.
+  std::size_t position = 0;
+  for (std::size_t i = 0; i < run.trace.events.size(); ++i) {
+    const RecordedEvent& e = run.trace.events[i];
+    if (e.kind == EventKind::ring_step && e.step == 1 && e.device == 1) position = i + 1;
+  }
+  REQUIRE(position > 0);
+  const RingHoldings middle = ring_holdings(run.trace, position);
+  CHECK(middle.step == 1);
+  CHECK(middle.device == 1);
+  CHECK(middle.blocks[1][1] == 0);
+  CHECK(middle.blocks[1][2] == -1);
+  CHECK(ring_holdings(test::record_run("fa2", problem, {8, 8}, 0).trace, 10).devices == 0);
+  // The file round trip keeps the ring's steps.
+  CHECK(trace_from_json_text(trace_to_json_text(run.trace)) == run.trace);
+}
