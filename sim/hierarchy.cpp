@@ -202,6 +202,16 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
   if (kernel.deterministic && forward) refuse("deterministic with a forward kernel; allowed: backward kernels only");
   if (kernel.layout != "flash" && kernel.layout != "bhsd") refuse("layout '" + kernel.layout + "' is unknown; allowed: flash, bhsd");
 
+  // The overrides: 0 (or -1 for the L2's size) leaves the machine's.
+  if (options.l2_bytes < -1) refuse("l2_bytes = " + std::to_string(options.l2_bytes) + " is out of range; allowed: >= 0 (-1: the machine's)");
+  if (options.l2_partitions < 0 || options.l2_partitions > 64) {
+    refuse("l2_partitions = " + std::to_string(options.l2_partitions) + " is out of range; allowed: 1..64 (0: the machine's)");
+  }
+  if (options.sm_count < 0) refuse("sm_count = " + std::to_string(options.sm_count) + " is out of range; allowed: >= 1 (0: the machine's)");
+  if (options.blocks_per_sm < 0) {
+    refuse("blocks_per_sm = " + std::to_string(options.blocks_per_sm) + " is out of range; allowed: >= 1 (0: the occupancy)");
+  }
+
   // What the kernels run (kernels/attention_api.hpp refuses the rest).
   problem.validate();
   if (!machine.gpu) refuse("machine '" + machine.key + "' has no \"gpu\" description; allowed: a preset with one (h200)");
