@@ -301,7 +301,7 @@ class TileMemory {
           value = round_to(destination.dtype, value + tile.values(r, c));
         }
     }
-    emit_store(destination, rows, cols);
+    emit_store(destination, rows, cols, "atomic_add");
   }
 
   // --- Tiles made on chip -------------------------------------------------------------------
@@ -638,12 +638,14 @@ class TileMemory {
     arena_.sink->record(event);
   }
   FLASHLAB_HOT_INLINE void emit_compute(const Tile& tile, const char* op) { emit(EventKind::compute, tile, op); }
-  FLASHLAB_HOT_INLINE void emit_store(const HbmMatrix& destination, Range rows, Range cols) {
-    if (arena_.sink) record_store(destination, rows, cols);
+  // A store event; op "atomic_add" for an add the L2 performs (atomic_add), "" for a plain store.
+  FLASHLAB_HOT_INLINE void emit_store(const HbmMatrix& destination, Range rows, Range cols, const char* op = "") {
+    if (arena_.sink) record_store(destination, rows, cols, op);
   }
-  [[gnu::noinline]] void record_store(const HbmMatrix& destination, Range rows, Range cols) {
+  [[gnu::noinline]] void record_store(const HbmMatrix& destination, Range rows, Range cols, const char* op) {
     TraceEvent event;
     event.kind = EventKind::store;
+    event.op = op;
     event.tensor = destination.id;
     event.rows = rows;
     event.cols = cols;

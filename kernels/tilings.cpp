@@ -3,24 +3,38 @@
 #include "kernels/tilings.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "kernels/01_fa1_sm75/forward_tiling.hpp"
 #include "kernels/02_fa2_sm80/backward_tiling.hpp"
 #include "kernels/02_fa2_sm80/forward_tiling.hpp"
 #include "kernels/03_fa3_sm90/backward_tiling.hpp"
 #include "kernels/03_fa3_sm90/forward_tiling.hpp"
+#include "kernels/03_fa3_sm90/tile_order.hpp"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/dispatch.hpp"
+#include "kernels/common/grid_order.hpp"
 
 namespace flashlab::kernels {
 
 namespace {
 
+// The launch bounds' blocks per SM, where the kernel declares them (the FA1 rung does not).
+template <class Tile>
+constexpr int min_blocks_per_sm() {
+  if constexpr (requires { Tile::kMinBlocksPerSm; }) {
+    return Tile::kMinBlocksPerSm;
+  } else {
+    return 0;
+  }
+}
+
 // A forward tiling runs wherever its shared memory fits.
 template <class Tile>
 KernelTiling forward_row(const char* generation, int shared_budget) {
   return {generation,    "forward",     Tile::kHeadDim, shared_budget,      Tile::kBlockM,
-          Tile::kBlockN, Tile::kWarps,  Tile::kStages,  Tile::kSharedBytes, Tile::kSharedBytes};
+          Tile::kBlockN, Tile::kWarps,  Tile::kStages,  Tile::kSharedBytes, Tile::kSharedBytes,
+          min_blocks_per_sm<Tile>()};
 }
 
 // The backward on sm_80 (an A100's budget, no dQ staging) and on sm_90 (with the staging tile
@@ -31,7 +45,7 @@ void add_backward_rows(std::vector<KernelTiling>& rows) {
     const int bytes = static_cast<int>(Tile::smem_bytes(budget == kHopperSharedBytes && Tile::kBulkDq));
     if (bytes > budget) continue;  // refused there
     rows.push_back({"fa2", "backward", Tile::kHeadDim, budget, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, bytes, budget});
+                    Tile::kStages, bytes, budget, Tile::kMinBlocksPerSm});
   }
 }
 
@@ -61,7 +75,7 @@ std::vector<KernelTiling> dispatched_tilings() {
   for_each_head_dim<fa3::kBackwardHeadDims>([&]<int kHeadDim>() {
     using Tile = fa3::BackwardTiling<kHeadDim>;
     rows.push_back({"fa3", "backward", kHeadDim, kHopperSharedBytes, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes});
+                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm});
   });
   return rows;
 }
@@ -81,6 +95,39 @@ std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit) {
     }
   }
   return picked;
+}
+
+std::vector<ThreadBlockWork> launch_order(const KernelTiling& tiling, const LaunchShape& shape, std::int64_t max_blocks) {
+  const bool forward = tiling.direction == "forward";
+  // The grid of each rung's launcher: FA1 (heads_q, batch); the FA2 and FA3 forward (query blocks,
+  // heads_q, batch), the FA3 forward's blocks walked through its tile order; the backward rungs
+  // (key blocks, heads_kv, batch).
+  const int rows = forward ? shape.seqlen_q : shape.seqlen_k, block = forward ? tiling.block_rows : tiling.block_cols;
+  const std::int64_t blocks = tiling.generation == "fa1" ? 1 : (static_cast<std::int64_t>(rows) + block - 1) / block;
+  const int heads = forward ? shape.heads_q : shape.heads_kv;
+  const std::int64_t total = blocks * heads * shape.batch;
+  if (total > max_blocks) {
+    throw std::invalid_argument(tiling.generation + " " + tiling.direction + " launches " + std::to_string(total) +
+                                " thread blocks (blocks x heads x batch); allowed: at most " + std::to_string(max_blocks));
+  }
+  std::vector<ThreadBlockWork> order;
+  order.reserve(static_cast<std::size_t>(total));
+  if (tiling.generation == "fa3" && forward) {
+    const fa3::TileOrder tiles =
+        fa3::forward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv, shape.batch,
+                                shape.causal, tiling.block_rows, shape.fa3_l2_section_bytes);
+    for (int tile = 0; tile < tiles.tiles(); ++tile) {
+      const fa3::TileCoordinates c = tiles.coordinates(tile);
+      order.push_back({c.m_block, c.head, c.batch});
+    }
+    return order;
+  }
+  const bool reversed = forward ? fa2::forward_reverses_query_blocks(shape.causal) : shape.deterministic;
+  const int grid_x = static_cast<int>(blocks);
+  for (int batch = 0; batch < shape.batch; ++batch)
+    for (int head = 0; head < heads; ++head)
+      for (int x = 0; x < grid_x; ++x) order.push_back({grid_position(x, grid_x, reversed), head, batch});
+  return order;
 }
 
 }  // namespace flashlab::kernels

@@ -4,8 +4,11 @@
 // instead of copying them (`flashlab kernel-tiles`).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/common/constants.hpp"
 
 namespace flashlab::kernels {
 
@@ -23,6 +26,9 @@ struct KernelTiling {
   // or, for a variant one architecture takes (the backward's sm_90 dQ staging, taken where a
   // block may use a Hopper's 227 KB), its budget.
   int min_shared_limit = 0;
+  // The blocks per SM the kernel's launch bounds ask registers for (its kMinBlocksPerSm): the
+  // register budget the compiler holds the kernel to; 0 where the kernel declares none (FA1).
+  int min_blocks_per_sm = 0;
 };
 
 // Every dispatched tiling: per rung, direction and padded head dim, one per shared budget
@@ -34,5 +40,30 @@ std::vector<KernelTiling> dispatched_tilings();
 // and head dim, among those whose min_shared_limit it meets, the one of the widest budget, as the
 // launchers pick it; head dims no tiling fits are left out (the host API refuses them there).
 std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit);
+
+// The problem as a launch sees it (the fields of algorithms/problem.hpp's Problem that decide the
+// grid), and the launch's choices.
+struct LaunchShape {
+  int batch = 1, heads_q = 1, heads_kv = 1, seqlen_q = 1, seqlen_k = 1, head_dim = 1;
+  bool causal = false;
+  bool deterministic = false;  // backward: the deterministic dQ order (its key blocks start last-first)
+  // fa3 forward, causal: the K and V bytes a section of (head, batch) pairs keeps within
+  // (tile_order.hpp; kL2SectionBytes, what fa3_forward launches with).
+  long long fa3_l2_section_bytes = kL2SectionBytes;
+};
+
+// One thread block's work: its block along the rung's parallel loop (the query block of the FA2
+// and FA3 forward, the key block of the backward rungs; 0 for FA1, whose block runs a whole head),
+// its head (the query head; the KV head for the backward rungs) and its sequence.
+struct ThreadBlockWork {
+  int block = 0, head = 0, batch = 0;
+  bool operator==(const ThreadBlockWork&) const = default;
+};
+
+// The thread blocks of one launch of the tiling's main kernel, in the order the GPU starts them:
+// linear block index (x fastest, then y, then z) through each rung's grid (grid_order.hpp,
+// tile_order.hpp); a free SM takes the next. Throws std::invalid_argument naming the tiling when
+// the launch would exceed `max_blocks` blocks.
+std::vector<ThreadBlockWork> launch_order(const KernelTiling& tiling, const LaunchShape& shape, std::int64_t max_blocks);
 
 }  // namespace flashlab::kernels

@@ -3,20 +3,22 @@
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
-# tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd sanitize
+# tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd ncu-model sanitize
 # sanitize-sm90 fa4 variants compare compare-bench python lab06 decode ring (default: build tests
-# bench). python: the Python package in the build tree (flashlab._core and the kernel library) and
-# its pytest suite, the GPU tests (marker gpu) included. lab06: the course's lab-06 grader on this
-# GPU (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is built, the kernels are not):
-# the reference solution, the untouched skeleton and each planted mistake graded, a score line
-# each. decode: the decode rung's GPU tests (decode-tests: those alone), its benchmark against
-# SDPA's flash and cuDNN with the read-only ceiling, Nsight Compute's DRAM bytes beside the KV
-# bytes, and memcheck on a small grid. ring: Ring Attention on this one GPU (flashlab.distributed
-# with P logical ranks on streams of it): its CPU and GPU tests, the 2x/3x check against attention
-# on the gathered tensors and a timing of the overlap (scripts/ring_bench.py --local 4; under two
-# minutes once the package is built). compare: COMPARE_PATCHES="<git diff file>..."
-# scripts/device_check.sh compare. TRAP_HANGS=ON builds the Hopper kernels with the bounded
-# mbarrier wait that traps (kernels/common/sm90_sync.cuh).
+# bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes and time of FA1, FA2 and FA3 (forward and
+# backward) at three sizes, beside the three-level model (scripts/model_vs_ncu.py;
+# $OUT/ncu_model.{csv,md,json}). python: the Python package in the build tree (flashlab._core and
+# the kernel library) and its pytest suite, the GPU tests (marker gpu) included. lab06: the
+# course's lab-06 grader on this GPU (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is
+# built, the kernels are not): the reference solution, the untouched skeleton and each planted
+# mistake graded, a score line each. decode: the decode rung's GPU tests (decode-tests: those
+# alone), its benchmark against SDPA's flash and cuDNN with the read-only ceiling, Nsight Compute's
+# DRAM bytes beside the KV bytes, and memcheck on a small grid. ring: Ring Attention on this one
+# GPU (flashlab.distributed with P logical ranks on streams of it): its CPU and GPU tests, the
+# 2x/3x check against attention on the gathered tensors and a timing of the overlap
+# (scripts/ring_bench.py --local 4; under two minutes once the package is built). compare:
+# COMPARE_PATCHES="<git diff file>..." scripts/device_check.sh compare. TRAP_HANGS=ON builds the
+# Hopper kernels with the bounded mbarrier wait that traps (kernels/common/sm90_sync.cuh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device_logs}
@@ -171,6 +173,52 @@ step_ncu() {
     echo "== FA$4 b=$1 h=$2 s=$3 d=128"
     grep -E "dram__|lts__|gpu__time|warps_active|hmma|grid_size|ERR" "$OUT/ncu_fa$4_b$1_s$3.log"
   done
+}
+step_ncu_model() {
+  # The main kernel of FA1 forward (fp16), FA2 forward and backward, FA3 forward and backward (bf16),
+  # d 128, 16 heads, non-causal, 16k tokens as b 16 s 1024, b 4 s 4096, b 1 s 16384: one launch each
+  # (--launch-count 1, clocks as they are), the metrics the three-level model predicts and those that
+  # say which unit is busiest. Then scripts/model_vs_ncu.py collects them into $OUT/ncu_model.csv and,
+  # where the build tree has the Python package, sets the model beside them ($OUT/ncu_model.md, .json).
+  local start=$(date +%s) logs=$OUT/ncu_model wanted names present=() missing=() metric
+  mkdir -p "$logs"
+  wanted="dram__bytes_read.sum dram__bytes_write.sum l1tex__m_xbar2l1tex_read_bytes.sum gpu__time_duration.sum
+    lts__t_sectors_srcunit_tex_op_write.sum sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
+    sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active dram__throughput.avg.pct_of_peak_sustained_elapsed
+    lts__t_sectors.avg.pct_of_peak_sustained_elapsed"
+  names=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
+  for metric in $wanted; do
+    if grep -qx "${metric%%.*}" <<<"$names"; then present+=("$metric"); else missing+=("$metric"); fi
+  done
+  echo "ncu metrics: ${present[*]}"
+  [ ${#missing[@]} = 0 ] || echo "ncu metrics MISSING on this device (left out): ${missing[*]}"
+  local metrics; metrics=$(IFS=,; echo "${present[*]}")
+  python3 -c "import torch; p = torch.cuda.get_device_properties(0); print(f'device: {p.name}, {p.multi_processor_count} SMs, L2 {p.L2_cache_size} bytes')" \
+    2>/dev/null | tee "$logs/device.txt"
+  local shape batch seqlen generation direction log
+  for shape in "16 1024" "4 4096" "1 16384"; do
+    read -r batch seqlen <<<"$shape"
+    for generation in 1 2 3; do
+      log=$logs/ncu_model_fa${generation}_forward_b${batch}_s${seqlen}.log
+      ncu --clock-control none --kernel-name regex:fa${generation}_forward_kernel --launch-count 1 --metrics "$metrics" \
+        $BUILD/tests/kernels/fa2_forward_bench $batch 16 $seqlen 128 0 1 $generation >"$log" 2>&1
+      echo "== FA$generation forward b=$batch s=$seqlen: $(grep -cE "dram__|xbar|gpu__time" "$log") metrics$(grep -m1 -E "ERR|rror" "$log")"
+    done
+    for generation in 2 3; do
+      log=$logs/ncu_model_fa${generation}_backward_b${batch}_s${seqlen}.log
+      ncu --clock-control none --kernel-name regex:"backward_main|fa3_backward_kernel" --launch-count 1 --metrics "$metrics" \
+        $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims 128 --seqlens $seqlen --generation $generation >"$log" 2>&1
+      echo "== FA$generation backward b=$batch s=$seqlen: $(grep -cE "dram__|xbar|gpu__time" "$log") metrics$(grep -m1 -E "ERR|rror" "$log")"
+    done
+  done
+  python3 scripts/model_vs_ncu.py collect "$logs" --csv "$OUT/ncu_model.csv" || status=1
+  if PYTHONPATH=$PWD/$BUILD/python python3 -c "import flashlab._core" 2>/dev/null; then
+    PYTHONPATH=$PWD/$BUILD/python python3 scripts/model_vs_ncu.py compare "$OUT/ncu_model.csv" --markdown "$OUT/ncu_model.md" \
+      --json "$OUT/ncu_model.json" | tail -12 || status=1
+  else
+    echo "model beside ncu: PYTHONPATH=build/release/python python3 scripts/model_vs_ncu.py compare ncu_model.csv --markdown ncu_model.md"
+  fi
+  echo "ncu-model: $(( $(date +%s) - start )) s"
 }
 step_ncu_sm90() {
   # The FA3 forward at d 128 (bf16, 16 heads; seqlen 4096 x batch 4, non-causal and causal, and

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "decimal.hpp"
 #include "json_input.hpp"
 
 namespace flashlab::sim {
@@ -17,6 +18,9 @@ constexpr int kVersion = 1;
 // (the largest today is 228 KiB), which keeps every block size derived from it an int.
 constexpr std::int64_t kMaxMachineFileBytes = 1 << 20;
 constexpr std::int64_t kMaxPresetSramBytes = std::int64_t{1} << 30;  // tighter than --sram (limits.hpp)
+// The GPU's counts (SMs, threads, blocks) and its L2: far above any GPU, low enough for int math.
+constexpr std::int64_t kMaxPresetCount = 1 << 20;
+constexpr std::int64_t kMaxPresetL2Bytes = std::int64_t{1} << 40;
 
 // The default experiment's machine, embedded so that it runs with no preset files.
 constexpr const char* kEmbeddedDefault = R"json({
@@ -61,11 +65,75 @@ Machine machine_from_json(const nlohmann::json& json, const std::string& source)
     m.link_bytes_per_second = in.positive_number(json, "link_bytes_per_second", "");
     m.link_source = in.text(json, "link_source", "");
   }
+  if (json.contains("gpu")) {
+    const nlohmann::json& g = in.field(json, "gpu", "");
+    if (!g.is_object()) in.fail("gpu", "expected a JSON object, found " + std::string(g.type_name()));
+    GpuSpec gpu;
+    gpu.sm_count = static_cast<int>(in.integer(g, "sm_count", "gpu", 1, kMaxPresetCount));
+    gpu.clock_hz = in.positive_number(g, "clock_hz", "gpu");
+    gpu.shared_bytes_per_sm = in.integer(g, "shared_bytes_per_sm", "gpu", 1, kMaxPresetSramBytes);
+    gpu.shared_reserved_per_block = in.integer(g, "shared_reserved_per_block", "gpu", 0, kMaxPresetSramBytes);
+    gpu.registers_per_sm = in.integer(g, "registers_per_sm", "gpu", 1, kMaxPresetSramBytes);
+    gpu.max_threads_per_sm = static_cast<int>(in.integer(g, "max_threads_per_sm", "gpu", 1, kMaxPresetCount));
+    gpu.max_blocks_per_sm = static_cast<int>(in.integer(g, "max_blocks_per_sm", "gpu", 1, kMaxPresetCount));
+    gpu.l2_bytes = in.integer(g, "l2_bytes", "gpu", 0, kMaxPresetL2Bytes);
+    gpu.l2_line_bytes = static_cast<int>(in.integer(g, "l2_line_bytes", "gpu", 1, 4096));
+    gpu.l2_sector_bytes = static_cast<int>(in.integer(g, "l2_sector_bytes", "gpu", 1, gpu.l2_line_bytes));
+    if (gpu.l2_line_bytes % gpu.l2_sector_bytes != 0) {
+      in.fail("gpu", JsonFields::out_of_range("l2_sector_bytes", gpu.l2_sector_bytes, "a divisor of l2_line_bytes"));
+    }
+    gpu.l2_partitions = static_cast<int>(in.integer(g, "l2_partitions", "gpu", 1, 64));
+    gpu.l2_partitions_source = in.text(g, "l2_partitions_source", "gpu");
+    gpu.copy_bytes_per_second = in.positive_number(g, "copy_bytes_per_second", "gpu");
+    gpu.l2_bytes_per_second = in.positive_number(g, "l2_bytes_per_second", "gpu");
+    gpu.matmul_measured_flops_per_second = in.positive_number(g, "matmul_measured_flops_per_second", "gpu");
+    gpu.sm_source = in.text(g, "sm_source", "gpu");
+    gpu.clock_source = in.text(g, "clock_source", "gpu");
+    gpu.occupancy_source = in.text(g, "occupancy_source", "gpu");
+    gpu.l2_source = in.text(g, "l2_source", "gpu");
+    gpu.copy_source = in.text(g, "copy_source", "gpu");
+    gpu.l2_bandwidth_source = in.text(g, "l2_bandwidth_source", "gpu");
+    gpu.matmul_measured_source = in.text(g, "matmul_measured_source", "gpu");
+    m.gpu = gpu;
+  }
+  if (json.contains("time_model")) {
+    const nlohmann::json& t = in.field(json, "time_model", "");
+    if (!t.is_object()) in.fail("time_model", "expected a JSON object, found " + std::string(t.type_name()));
+    TimeModelSpec spec;
+    spec.source = in.text(t, "source", "time_model");
+    const nlohmann::json& kernels = in.field(t, "kernels", "time_model");
+    if (!kernels.is_object()) in.fail("time_model", "field 'kernels' is not a JSON object");
+    for (const auto& [name, k] : kernels.items()) {
+      const std::string where = "time_model.kernels." + name;
+      if (!k.is_object()) in.fail(where, "expected a JSON object, found " + std::string(k.type_name()));
+      KernelTimeConstants c;
+      c.tensor_efficiency = in.positive_number(k, "tensor_efficiency", where);
+      if (k.contains("tensor_efficiency_by_head_dim")) {
+        const nlohmann::json& by = in.field(k, "tensor_efficiency_by_head_dim", where);
+        if (!by.is_object()) in.fail(where, "field 'tensor_efficiency_by_head_dim' is not a JSON object");
+        for (const auto& [head_dim, value] : by.items()) {
+          const std::string place = where + ".tensor_efficiency_by_head_dim";
+          int dim = 0;
+          try {
+            dim = static_cast<int>(parse_decimal(head_dim, "head dim", 1, 1 << 16));
+          } catch (const std::invalid_argument&) {
+            in.fail(place, "key '" + head_dim + "' is not a head dim; allowed: an integer in 1 .. 65536");
+          }
+          c.tensor_efficiency_by_head_dim[dim] = in.positive_number(by, head_dim.c_str(), place);
+        }
+      }
+      c.softmax_cycles_per_score = in.positive_number(k, "softmax_cycles_per_score", where);
+      c.block_seconds = in.positive_number(k, "block_seconds", where);
+      if (k.contains("round_trip_seconds")) c.round_trip_seconds = in.positive_number(k, "round_trip_seconds", where);
+      spec.kernels[name] = c;
+    }
+    m.time_model = spec;
+  }
   return m;
 }
 
 nlohmann::json to_json(const Machine& m) {
-  nlohmann::json json = {{"format", kFormat},
+  nlohmann::json json{{"format", kFormat},
           {"version", kVersion},
           {"key", m.key},
           {"name", m.name},
@@ -81,6 +149,46 @@ nlohmann::json to_json(const Machine& m) {
           {"fp32_flops_per_second", m.fp32_flops_per_second},
           {"fp32_source", m.fp32_source}};
   if (m.link_bytes_per_second > 0) json["link_bytes_per_second"] = m.link_bytes_per_second, json["link_source"] = m.link_source;
+  if (m.gpu) {
+    const GpuSpec& g = *m.gpu;
+    json["gpu"] = {{"sm_count", g.sm_count},
+                   {"sm_source", g.sm_source},
+                   {"clock_hz", g.clock_hz},
+                   {"clock_source", g.clock_source},
+                   {"shared_bytes_per_sm", g.shared_bytes_per_sm},
+                   {"shared_reserved_per_block", g.shared_reserved_per_block},
+                   {"registers_per_sm", g.registers_per_sm},
+                   {"max_threads_per_sm", g.max_threads_per_sm},
+                   {"max_blocks_per_sm", g.max_blocks_per_sm},
+                   {"occupancy_source", g.occupancy_source},
+                   {"l2_bytes", g.l2_bytes},
+                   {"l2_line_bytes", g.l2_line_bytes},
+                   {"l2_sector_bytes", g.l2_sector_bytes},
+                   {"l2_source", g.l2_source},
+                   {"l2_partitions", g.l2_partitions},
+                   {"l2_partitions_source", g.l2_partitions_source},
+                   {"copy_bytes_per_second", g.copy_bytes_per_second},
+                   {"copy_source", g.copy_source},
+                   {"l2_bytes_per_second", g.l2_bytes_per_second},
+                   {"l2_bandwidth_source", g.l2_bandwidth_source},
+                   {"matmul_measured_flops_per_second", g.matmul_measured_flops_per_second},
+                   {"matmul_measured_source", g.matmul_measured_source}};
+  }
+  if (m.time_model) {
+    nlohmann::json kernels = nlohmann::json::object();
+    for (const auto& [name, c] : m.time_model->kernels) {
+      kernels[name] = {{"tensor_efficiency", c.tensor_efficiency},
+                       {"softmax_cycles_per_score", c.softmax_cycles_per_score},
+                       {"block_seconds", c.block_seconds}};
+      if (!c.tensor_efficiency_by_head_dim.empty()) {
+        nlohmann::json by = nlohmann::json::object();
+        for (const auto& [dim, value] : c.tensor_efficiency_by_head_dim) by[std::to_string(dim)] = value;
+        kernels[name]["tensor_efficiency_by_head_dim"] = by;
+      }
+      if (c.round_trip_seconds > 0) kernels[name]["round_trip_seconds"] = c.round_trip_seconds;
+    }
+    json["time_model"] = {{"source", m.time_model->source}, {"kernels", kernels}};
+  }
   return json;
 }
 

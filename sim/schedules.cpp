@@ -148,7 +148,8 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
                         .pseudocode = fa2_forward_pseudocode,
-                        .accumulator_elements = forward_accumulator_elements},
+                        .accumulator_elements = forward_accumulator_elements,
+                        .parallel_loop = {3, 16, 4, 14}},
                        [](auto& mem, const HeadCall& call) {
                          fa2_forward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -214,7 +215,8 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
                         .pseudocode = fa2_backward_pseudocode,
-                        .accumulator_elements = backward_accumulator_elements},
+                        .accumulator_elements = backward_accumulator_elements,
+                        .parallel_loop = {5, 19, 6, 18}},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x);
                        }));
@@ -235,7 +237,8 @@ std::vector<ScheduleInfo> make_registry() {
                         .bound = flash_bound,
                         .theory_exponents = flash_exponents,
                         .pseudocode = fa2_backward_atomic_pseudocode,
-                        .accumulator_elements = backward_accumulator_elements},
+                        .accumulator_elements = backward_accumulator_elements,
+                        .parallel_loop = {5, 19, 6, 18}},
                        [](auto& mem, const HeadCall& call) {
                          fa2_backward(mem, call.head, BlockTiling{call.blocks.block_rows, call.blocks.block_cols}, call.x,
                                       DqUpdate::atomic);

@@ -111,6 +111,19 @@ struct RunResult {
 // What a schedule needs and computes, for printers, the CLI and the oracle check.
 enum class Pass { forward, backward, decode };
 
+// The loop whose iterations are independent: what one thread block of a GPU kernel runs (FA2
+// Section 3.2: the forward's query blocks; FA2 Algorithm 2: the backward's key blocks), in the
+// lines of the schedule's pseudocode. An iteration begins at a mark of `start_line` and ends at
+// a mark of `end_line` (one that comes with no start since the previous end, e.g. a key block no
+// query sees, is an iteration of its own); marks outside [first_line, last_line] are outside the
+// loop (the backward's D and dQ conversion: kernels of their own). All 0: none besides the heads
+// (FA1: one thread block per head). The three-level model (sim/hierarchy.hpp) splits a head's
+// events into thread blocks by it.
+struct ParallelLoop {
+  int first_line = 0, last_line = 0, start_line = 0, end_line = 0;
+  bool exists() const { return first_line > 0; }
+};
+
 struct ScheduleInfo {
   std::string name;         // registry key: "fa2"
   std::string source;       // "algorithms/04_fa2_forward.hpp"
@@ -157,6 +170,7 @@ struct ScheduleInfo {
   const Pseudocode& (*pseudocode)() = nullptr;
   // The accumulators a tile holds at once (search.hpp: accumulator_elements), for the register budget.
   std::int64_t (*accumulator_elements)(const Problem&, const BlockSizes&) = nullptr;
+  ParallelLoop parallel_loop = {};
 
   // Internal: the schedule for one head, per memory model (set by the registry).
   struct HeadCall;

@@ -146,7 +146,7 @@ __device__ __forceinline__ void stmatrix_pair_rows(const std::uint32_t (&pairs)[
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: the main loop, on the tiles of Tiling (a BackwardTiling).
 template <typename Element, typename Tiling>
-__global__ void __launch_bounds__(Tiling::kThreads, 1) backward_main_kernel(const BackwardParams p) {
+__global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) backward_main_kernel(const BackwardParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace device;
   using T = Tiling;

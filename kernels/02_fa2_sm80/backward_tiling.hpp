@@ -30,6 +30,7 @@ struct BackwardTiling {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kStages = 2;  // Q_i, dO_i, LSE_i and D_i of the next query block load during this one
+  static constexpr int kMinBlocksPerSm = 1;  // the launch bounds: all 255 registers a thread may have
   static constexpr int kStride = kHeadDim + kSharedRowPadding;
   static constexpr int kPStride = kBlockN + kSharedRowPadding;
   // P and dS stored with stmatrix (sm_90) where the registers allow: at d = 128 its row address

@@ -49,7 +49,7 @@ void fa2_forward_within(const Problem& problem, const ForwardArgs& args, int sha
 
   fa2::ForwardParams params{};
   static_cast<AttentionParams&>(params) = make_attention_params(problem, args);
-  params.reverse_blocks = problem.mask.causal ? 1 : 0;
+  params.reverse_blocks = fa2::forward_reverses_query_blocks(problem.mask.causal) ? 1 : 0;
 
   const int limit = std::min(shared_bytes_limit, max_shared_bytes_per_block());
   if (problem.dtype == DType::bf16) {

@@ -35,6 +35,10 @@ struct ForwardTiling {
   static constexpr int kSharedBytes = forward_shared_bytes(kHeadDim, kBlockM, kBlockN, kStages);
 };
 
+// One block per (query block, head, batch); with a causal mask the query blocks run last-first
+// (kernels/common/grid_order.hpp: grid_position), so the blocks that see the most keys start first.
+constexpr bool forward_reverses_query_blocks(bool causal) { return causal; }
+
 // The padded head dims the kernel is instantiated for (one instance file each), and the one a
 // head dim runs on.
 inline constexpr int kForwardHeadDims[] = {32, 64, 96, 128, 160, 192, 224, 256};

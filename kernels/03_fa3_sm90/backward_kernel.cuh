@@ -380,7 +380,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
 }
 
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTiling<kHeadDim>::kMinBlocksPerSm)
     fa3_backward_kernel(const __grid_constant__ BackwardParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tile = BackwardTiling<kHeadDim>;

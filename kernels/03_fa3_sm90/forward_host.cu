@@ -96,12 +96,8 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
   params.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block_n,
                               "fa3_forward: v");
   params.o_map = make_tma_map(attention_tma_tensor(args.o, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: o");
-  params.order.m_blocks = static_cast<int>(m_blocks);
-  params.order.heads_q = problem.heads_q, params.order.batch = problem.batch;
-  params.order.heaviest_first = problem.mask.causal ? 1 : 0;
-  params.order.section_pairs = fa3::l2_section_pairs(problem.seqlen_k, problem.head_dim, problem.heads_q / problem.heads_kv,
-                                                     kElementBytes, kL2SectionBytes,
-                                                     problem.heads_q * problem.batch);
+  params.order = fa3::forward_tile_order(problem.seqlen_q, problem.seqlen_k, problem.head_dim, problem.heads_q,
+                                         problem.heads_kv, problem.batch, problem.mask.causal, block_m);
   params.tiles = static_cast<int>(tiles);
 
   // The dynamic scheduler's counter: the caller's workspace or stream-ordered memory, zeroed.

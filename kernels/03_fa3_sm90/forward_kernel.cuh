@@ -564,7 +564,7 @@ struct Fa3StepSet {
 };
 
 template <typename T, int kHeadDim, class Steps>
-__global__ void __launch_bounds__(ForwardTiling<kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(ForwardTiling<kHeadDim>::kThreads, ForwardTiling<kHeadDim>::kMinBlocksPerSm)
     fa3_forward_kernel(const __grid_constant__ ForwardParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace sm90;

@@ -22,6 +22,7 @@ struct ForwardTiling {
   static constexpr int kExp2OnFmaEvery = 0;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   static constexpr int kWarps = kThreads / kWarpSize;
+  static constexpr int kMinBlocksPerSm = 1;  // one block per SM: setmaxnreg shares out its 65536 registers
   // setmaxnreg: the producer gives its registers to the consumers (65536 per SM, one block).
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 3 ? 32 : 24;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 3 ? 160 : 240;

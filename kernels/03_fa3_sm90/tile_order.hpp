@@ -14,6 +14,7 @@
 #pragma once
 
 #include "algorithms/host_device.hpp"
+#include "kernels/common/constants.hpp"
 
 namespace flashlab::kernels::fa3 {
 
@@ -56,6 +57,20 @@ inline int l2_section_pairs(long long seqlen_k, long long head_dim, int group_si
   const long long kv_heads = l2_budget_bytes / (bytes_per_kv_head > 0 ? bytes_per_kv_head : 1);
   const long long fitting = kv_heads * group_size;
   return fitting < 1 ? 1 : (fitting > pairs ? pairs : static_cast<int>(fitting));
+}
+
+// The order fa3_forward launches (forward_host.cu): ceil(seqlen_q / block_m) query blocks of every
+// (head, batch) pair; causal: heaviest first within sections of pairs whose K and V fit
+// `l2_budget_bytes` (kL2SectionBytes; a larger budget makes fewer, larger sections, and one that
+// holds every pair gives the order without sections, longest first across every head).
+inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
+                                    bool causal, int block_m, long long l2_budget_bytes = kL2SectionBytes) {
+  TileOrder order;
+  order.m_blocks = (seqlen_q + block_m - 1) / block_m;
+  order.heads_q = heads_q, order.batch = batch;
+  order.heaviest_first = causal ? 1 : 0;
+  order.section_pairs = l2_section_pairs(seqlen_k, head_dim, heads_q / heads_kv, kElementBytes, l2_budget_bytes, heads_q * batch);
+  return order;
 }
 
 }  // namespace flashlab::kernels::fa3

@@ -9,6 +9,8 @@ held against the closed forms and the bounds, with the CLI's records as dicts.
     trace = sim.trace("fa2", sim.problem(seqlen_q=128, head_dim=16), sram="8K")
     trace.save("fa2.json")                                # the visualizer's file
     best = sim.search("fa2", problem, sram="228K", multiple_of=16)["best"]   # the least-traffic tiling
+    gpu = sim.hardware("fa2", sim.problem(seqlen_q=16384, head_dim=128, heads_q=16, dtype="bf16"))
+    gpu["l2"]["dram_read_bytes"], gpu["time"]["seconds"]   # the kernel's DRAM bytes and time on the H200
 
 Units: SRAM sizes M in bytes (an int, or text with binary K/M suffixes: "96K"); block sizes in
 rows; counts in elements and bytes. Bad input raises ValueError naming the input and its allowed
@@ -467,6 +469,35 @@ def kernel_tilings(machine: Optional[str] = None, generation: Optional[str] = No
             raise ValueError(f"{name} '{value}' is unknown; allowed: {', '.join(allowed)}")
     return [t for t in tilings if (generation is None or t["generation"] == generation)
             and (direction is None or t["direction"] == direction)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPU kernels through the three-level model (sim/hierarchy.hpp) and the time model
+
+
+def hardware_run(kernel: str, problem: Problem, *, direction: str = "forward", machine: str = "h200",
+                 deterministic: bool = False, l2_sections: bool = True, layout: str = "flash", l2: Optional[Sram] = None,
+                 l2_partitions: int = 0, sm_count: int = 0, blocks_per_sm: int = 0) -> "_core.HardwareRun":
+    """The kernel ("fa1", "fa2", "fa3"; direction "forward" or "backward") on the problem, through
+    the L2 shared by the machine's resident thread blocks: an object whose record() is the result
+    (`flashlab hardware --json`) and whose time(constants) asks the time model with other
+    constants (the calibration's). layout: "flash" ([batch * seqlen, heads, dim], as the benchmark
+    binaries Nsight Compute profiles) or "bhsd" ([batch, heads, seqlen, dim], as
+    scripts/bench_kernels.py passes PyTorch's tensors). l2, l2_partitions, sm_count and
+    blocks_per_sm replace the machine's (None or 0: the machine's)."""
+    for name, value in (("kernel", kernel), ("direction", direction), ("machine", machine), ("layout", layout)):
+        if not isinstance(value, str):
+            raise ValueError(f"{name} = {value!r}; allowed: a string")
+    l2_bytes = -1 if l2 is None else sram_bytes(l2, "l2")
+    return _core.hardware(kernel, direction, problem, machine, MACHINES_DIR, bool(deterministic), bool(l2_sections),
+                          layout, l2_bytes, _integer("l2_partitions", l2_partitions, 0, 64),
+                          _integer("sm_count", sm_count, 0, 1 << 16), _integer("blocks_per_sm", blocks_per_sm, 0, 1024))
+
+
+def hardware(kernel: str, problem: Problem, **options) -> dict:
+    """hardware_run(...).record(): DRAM read and write bytes, L2 -> SM bytes, occupancy and waves,
+    and the predicted time with the bound it names ("dram", "l2", "tensor", "exp", "latency")."""
+    return hardware_run(kernel, problem, **options).record()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -18,6 +19,9 @@
 #include "sim/bounds.hpp"
 #include "sim/check.hpp"
 #include "sim/closed_forms.hpp"
+#include "sim/decimal.hpp"
+#include "sim/hardware_report.hpp"
+#include "sim/hierarchy.hpp"
 #include "sim/machines.hpp"
 #include "sim/report.hpp"
 #include "sim/ring.hpp"
@@ -25,6 +29,7 @@
 #include "sim/serving.hpp"
 #include "sim/search.hpp"
 #include "sim/sweep.hpp"
+#include "sim/time_model.hpp"
 #include "sim/trace.hpp"
 
 namespace nb = nanobind;
@@ -298,6 +303,70 @@ void bind_ring(nb::module_& m) {
      nb::arg("directory"), nb::arg("granularity"));
 }
 
+// A GPU kernel through the three-level model (sim/hierarchy.hpp), kept with its machine so that
+// the time model can be asked again with other constants (the calibration does).
+struct HardwareRun {
+  HierarchyResult result;
+  Machine machine;
+};
+
+KernelTimeConstants constants_from(const nb::dict& constants) {
+  KernelTimeConstants c;
+  for (const auto& [key, value] : constants) {
+    const std::string name = nb::cast<std::string>(key);
+    if (name == "tensor_efficiency_by_head_dim") {
+      for (const auto& [dim, efficiency] : nb::cast<nb::dict>(value)) {
+        const double number = nb::cast<double>(efficiency);
+        if (!(number > 0) || !std::isfinite(number)) throw std::invalid_argument("tensor_efficiency_by_head_dim: allowed: numbers > 0");
+        const std::string text = nb::cast<std::string>(nb::str(dim));
+        c.tensor_efficiency_by_head_dim[static_cast<int>(parse_decimal(text, "tensor_efficiency_by_head_dim key", 1, 1 << 16))] = number;
+      }
+      continue;
+    }
+    const double number = nb::cast<double>(value);
+    if (!(number >= 0) || !std::isfinite(number)) {
+      throw std::invalid_argument("time constant " + name + " = " + std::to_string(number) + "; allowed: a finite number >= 0");
+    }
+    if (name == "tensor_efficiency") c.tensor_efficiency = number;
+    else if (name == "softmax_cycles_per_score") c.softmax_cycles_per_score = number;
+    else if (name == "block_seconds") c.block_seconds = number;
+    else if (name == "round_trip_seconds") c.round_trip_seconds = number;
+    else throw std::invalid_argument("time constant '" + name + "' is unknown; allowed: tensor_efficiency, "
+                                     "tensor_efficiency_by_head_dim, softmax_cycles_per_score, block_seconds, round_trip_seconds");
+  }
+  if (!(c.tensor_efficiency > 0)) throw std::invalid_argument("time constant tensor_efficiency: allowed: > 0");
+  return c;
+}
+
+void bind_hardware(nb::module_& m) {
+  nb::class_<HardwareRun>(m, "HardwareRun", "a kernel run through the three-level model")
+      .def("record", [](const HardwareRun& run) {
+        std::optional<TimePrediction> time;
+        if (run.machine.time_model) time = predict_time(run.result, run.machine);
+        return to_python(hierarchy_to_json(run.result, time));
+      }, "the run as `flashlab hardware --json` writes it (time with the preset's constants, if it has them)")
+      .def("time", [](const HardwareRun& run, const nb::dict& constants) {
+        return to_python(sim::to_json(predict_time(run.result, run.machine, constants_from(constants))));
+      }, nb::arg("constants"), "the time model with these constants (a preset's time_model.kernels entry)")
+      .def_prop_ro("block_steps", [](const HardwareRun& run) { return run.result.work.block_steps; });
+  m.def("hardware", [](const std::string& generation, const std::string& direction, const Problem& problem,
+                       const std::string& machine_key, const std::string& machines_dir, bool deterministic,
+                       bool l2_sections, const std::string& layout, std::int64_t l2_bytes, int l2_partitions, int sm_count,
+                       int blocks_per_sm) {
+    KernelChoice kernel{generation, direction, deterministic, l2_sections, layout};
+    HierarchyOptions options{l2_bytes, l2_partitions, sm_count, blocks_per_sm};
+    HardwareRun run{{}, find_machine(machine_key, machines_dir)};
+    {
+      nb::gil_scoped_release release;
+      run.result = run_hierarchy(kernel, problem, run.machine, options);
+    }
+    return run;
+  }, nb::arg("generation"), nb::arg("direction"), nb::arg("problem"), nb::arg("machine"), nb::arg("machines_dir"),
+     nb::arg("deterministic") = false, nb::arg("l2_sections") = true, nb::arg("layout") = "flash", nb::arg("l2_bytes") = -1,
+     nb::arg("l2_partitions") = 0,
+     nb::arg("sm_count") = 0, nb::arg("blocks_per_sm") = 0);
+}
+
 }  // namespace
 
 void bind_sim(nb::module_& m) {
@@ -422,6 +491,7 @@ void bind_sim(nb::module_& m) {
   bind_bounds(m);
   bind_machines(m);
   bind_ring(m);
+  bind_hardware(m);
 }
 
 }  // namespace flashlab::python

@@ -14,6 +14,9 @@
 //   flashlab ring --machine h200 --devices 8 --seqlen-per-device 32768 --heads 32 -d 128 --causal
 //                                                                          Ring Attention: HBM per device, link bytes per step, overlap
 //   flashlab ring --machine h200 --sweep --sweep-devices 2,4,8             the seqlen per device where the transfers hide
+//   flashlab hardware --kernel fa2 --seqlen 16384 --heads 16 --head-dim 128 --machine h200
+//                                                                          a GPU kernel through the three-level model
+//                                                                          (DRAM, L2, SRAM) and its time model
 //   flashlab --version                                                     the CMake project's version
 //
 // Bad input (unknown schedule or machine, malformed JSON, sizes out of range, M below the smallest
@@ -48,6 +51,8 @@
 #include "sim/closed_forms.hpp"
 #include "sim/decimal.hpp"
 #include "sim/experiment.hpp"
+#include "sim/hardware_report.hpp"
+#include "sim/hierarchy.hpp"
 #include "sim/machines.hpp"
 #include "sim/output_file.hpp"
 #include "sim/progress.hpp"
@@ -57,6 +62,7 @@
 #include "sim/serving.hpp"
 #include "sim/search.hpp"
 #include "sim/sweep.hpp"
+#include "sim/time_model.hpp"
 #include "sim/trace.hpp"
 
 using namespace flashlab;
@@ -698,6 +704,55 @@ int command_ring(const RingCommand& rc, const std::string& json_path, const std:
   return 0;
 }
 
+// A GPU kernel through the three-level model (sim/hierarchy.hpp) and the time model.
+struct HardwareCommand {
+  std::string kernel = "fa2", direction = "forward", l2, layout = "flash";
+  bool backward = false, deterministic = false, no_l2_sections = false;
+  int sms = 0, blocks_per_sm = 0, l2_partitions = 0;
+};
+
+int command_hardware(ProblemOptions& po, const HardwareCommand& hc, bool dtype_given, const std::string& json_path,
+                     const std::string& command) {
+  require_writable(json_path);
+  if (!po.sram.empty()) throw BadInput("--sram with hardware: the kernel's tiling sets its shared memory; allowed: none (--l2 sets the L2)");
+  if (po.splits != 0) throw BadInput("--splits with hardware; allowed: none (split-KV is no kernel of the ladder)");
+  const Machine machine = find_machine(po.machine.empty() ? "h200" : po.machine);
+  KernelChoice kernel;
+  kernel.generation = hc.kernel;
+  kernel.direction = hc.backward ? "backward" : hc.direction;
+  kernel.deterministic = hc.deterministic;
+  kernel.l2_sections = !hc.no_l2_sections;
+  kernel.layout = hc.layout;
+  kernel_schedule(kernel);  // the kernel's name first
+  if (!dtype_given && hc.kernel == "fa1") po.dtype = "fp16";  // the FA1 kernel is fp16 only
+  const Problem problem = po.problem(dtype_given || hc.kernel == "fa1" ? nullptr : &machine, dtype_given || hc.kernel == "fa1");
+  HierarchyOptions options;
+  if (!hc.l2.empty()) options.l2_bytes = parse_bytes(hc.l2, "--l2");
+  options.sm_count = hc.sms;
+  options.l2_partitions = hc.l2_partitions;
+  options.blocks_per_sm = hc.blocks_per_sm;
+  if (checks_only) return 0;
+  const HierarchyResult result = run_hierarchy(kernel, problem, machine, options);
+  std::optional<TimePrediction> time;
+  if (machine.time_model) time = predict_time(result, machine);
+  std::cout << "problem: batch " << problem.batch << ", heads " << problem.heads_q << "/" << problem.heads_kv << ", N "
+            << problem.seqlen_q << " x " << problem.seqlen_k << ", d " << problem.head_dim << ", " << to_string(problem.dtype)
+            << (problem.mask.causal ? ", causal" : "") << "; machine " << machine.key << "\n";
+  print_hierarchy(std::cout, result, time);
+  if (!json_path.empty()) {
+    nlohmann::json json = hierarchy_to_json(result, time);
+    json["format"] = "flashlab-hardware";
+    json["version"] = 1;
+    json["command"] = command;
+    json["machine"] = machine.key;
+    json["problem"] = {{"batch", problem.batch}, {"heads_q", problem.heads_q}, {"heads_kv", problem.heads_kv},
+                       {"seqlen_q", problem.seqlen_q}, {"seqlen_k", problem.seqlen_k}, {"head_dim", problem.head_dim},
+                       {"dtype", to_string(problem.dtype)}, {"causal", problem.mask.causal}};
+    write_output_file(json_path, json.dump(2) + "\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int flashlab::cli::run(int argc, char** argv, Mode mode) {
@@ -808,6 +863,30 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
                                                "the overlap condition; --sweep: where overlap begins");
   ring_command.add_to(*ring);
   ring->add_option("--json", json_path, "write the result as JSON (schema: docs/schemas/ring.schema.json)");
+  HardwareCommand hardware_command;
+  ProblemOptions hardware_problem;
+  CLI::App* hardware =
+      app.add_subcommand("hardware", "a GPU kernel through the three-level model (DRAM, a shared L2, SRAM) and its time model");
+  hardware->add_option("--kernel,-k", hardware_command.kernel, "fa1, fa2 or fa3 (the kernel ladder's rungs)");
+  hardware->add_option("--direction", hardware_command.direction, "forward (default) or backward");
+  hardware->add_flag("--backward", hardware_command.backward, "the backward kernel (same as --direction backward)");
+  hardware->add_flag("--deterministic", hardware_command.deterministic, "backward: the deterministic dQ order");
+  hardware->add_flag("--no-l2-sections", hardware_command.no_l2_sections,
+                     "fa3 forward, causal: longest first over every head (the order before the L2 sections)");
+  hardware->add_option("--layout", hardware_command.layout,
+                       "flash ([batch * seqlen, heads, dim], the benchmark binaries'; default) or bhsd ([batch, heads, seqlen, dim], "
+                       "scripts/bench_kernels.py's)");
+  hardware->add_option("--l2", hardware_command.l2, "L2 size in bytes (K/M suffixes), instead of the machine's");
+  add_decimal_option(*hardware, "--l2-partitions", hardware_command.l2_partitions,
+                     "L2 partitions, instead of the machine's (0: the machine's; 1: one shared cache)", 0, 64);
+  add_decimal_option(*hardware, "--sms", hardware_command.sms, "SMs, instead of the machine's (0: the machine's)", 0, 1 << 16);
+  add_decimal_option(*hardware, "--blocks-per-sm", hardware_command.blocks_per_sm,
+                     "resident blocks per SM, instead of the occupancy (0: the occupancy)", 0, 1024);
+  hardware->add_option("--json", json_path, "write the result as JSON (schema: docs/schemas/hardware.schema.json)");
+  hardware_problem.seqlen = 4096;
+  hardware_problem.head_dim = 128;
+  hardware_problem.heads = 16;
+  hardware_problem.add_to(*hardware, false);
 
   try {
     app.parse(argc, argv);
@@ -830,6 +909,7 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
     if (*machines) return command_machines(as_json);
     if (*ring) return command_ring(ring_command, json_path, command);
     if (*search) return command_search(search_problem, search_command, search->count("--dtype") > 0, json_path, command);
+    if (*hardware) return command_hardware(hardware_problem, hardware_command, hardware->count("--dtype") > 0, json_path, command);
     if (*kernel_tiles) return command_kernel_tiles(tiles_machine, tiles_generation, tiles_direction, json_path, command);
     if (*experiment) {
       const Machine machine = machine_key.empty() ? default_machine() : find_machine(machine_key);

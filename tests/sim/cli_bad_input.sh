@@ -61,6 +61,18 @@ expect_refusal "generation 'fa9' is unknown; allowed: fa1, fa2" kernel-tiles --g
 expect_refusal "direction 'sideways' is unknown" kernel-tiles --direction sideways --json "$work/out.json"
 expect_refusal "machine 'z80' is unknown" kernel-tiles --machine z80 --json "$work/out.json"
 expect_refusal "does not exist" kernel-tiles --json "$work/missing/out.json"
+expect_refusal "kernel 'fa9' is unknown; allowed: fa1, fa2, fa3" hardware --kernel fa9 --json "$work/out.json"
+expect_refusal "the fa1 kernel has no backward" hardware --kernel fa1 --backward --json "$work/out.json"
+expect_refusal "direction 'up' is unknown; allowed: forward, backward" hardware --direction up --json "$work/out.json"
+expect_refusal "machine 'h100' has no \"gpu\" description" hardware --machine h100 --json "$work/out.json"
+expect_refusal "--sram with hardware" hardware --sram 64K --json "$work/out.json"
+expect_refusal "allowed: heads_kv = heads_q" hardware --backward --heads 4 --heads-kv 2 --json "$work/out.json"
+expect_refusal "dtype bf16 with the fa1 kernel; allowed: fp16" hardware --kernel fa1 --dtype bf16 --json "$work/out.json"
+expect_refusal "layout 'bshd' is unknown; allowed: flash, bhsd" hardware --layout bshd --json "$work/out.json"
+expect_refusal "allowed: the fa3 forward only" hardware --kernel fa2 --no-l2-sections --json "$work/out.json"
+expect_refusal "size '12Q' is not understood" hardware --l2 12Q --json "$work/out.json"
+expect_refusal "--blocks-per-sm = '-1' is out of range" hardware --blocks-per-sm -1 --json "$work/out.json"
+expect_refusal "head_dim = 320 has no fa2 forward tiling" hardware --head-dim 320 --json "$work/out.json"
 
 # Ring Attention: the ring's sizes, its ordering, a machine without a link, what the ring cannot run.
 sed -e 's/"link_bytes_per_second.*//' -e 's/"link_source.*//' "$(dirname "$0")/../../sim/machines/h200.json" \

@@ -79,13 +79,22 @@ with tempfile.TemporaryDirectory() as work:
         "--causal", "--json", out("run_ring.json"))
     with open(out("machines.json"), "w") as f:
         subprocess.run([flashlab, "machines", "--json"], check=True, stdout=f)
+    run("hardware", "--kernel", "fa2", "--batch", "2", "--seqlen", "512", "--heads", "4", "--json", out("hardware.json"))
+    run("hardware", "--kernel", "fa3", "--backward", "--batch", "1", "--seqlen", "300", "--heads", "2", "--head-dim", "64",
+        "--causal", "--json", out("hardware_backward.json"))
+    untimed = load(os.path.join(schemas, "..", "..", "sim", "machines", "h200.json"))
+    untimed.pop("time_model")
+    with open(out("h200_untimed.json"), "w") as f:
+        json.dump(untimed, f)
+    run("hardware", "--kernel", "fa1", "--seqlen", "256", "--machine", out("h200_untimed.json"), "--json", out("hardware_untimed.json"))
 
     outputs = {"run": ["run.json", "run_data.json", "run_split.json", "run_paged.json", "run_in_place.json", "run_ring.json"],
                "ring": ["ring.json", "ring_sweep.json"],
                "sweep": ["sweep.json", "sweep_machine.json", "sweep_paper.json"],
                "experiment": ["experiment.json"], "figure2": ["figure2.json"],
                "kernel-tiles": ["tiles.json", "tiles_h200.json"], "trace": ["trace.json", "trace_backward.json"],
-               "machines": ["machines.json"], "search": ["search.json", "search_orders.json"]}
+               "machines": ["machines.json"], "search": ["search.json", "search_orders.json"],
+               "hardware": ["hardware.json", "hardware_backward.json", "hardware_untimed.json"]}
     documents = {name: [load(out(f)) for f in files] for name, files in outputs.items()}
     for name, docs in documents.items():
         for file, document in zip(outputs[name], docs):
@@ -111,6 +120,8 @@ with tempfile.TemporaryDirectory() as work:
     assert "seconds" in documents["search"][0]["best"] and documents["search"][1]["machine"] is None
     assert len(documents["search"][1]["rules"]) == 4 and documents["search"][1]["verification"]["closed_form_equal"]
     assert {e["kind"] for e in documents["trace"][0]["events"]} >= {"line", "load", "store", "compute", "free", "softmax_update"}
+    assert documents["hardware"][0]["time"]["bound"] and documents["hardware"][2]["time"] is None
+    assert documents["hardware"][1]["work"]["other_kernels"] == 2 and documents["hardware"][1]["l2"]["atomics"] > 0
 
     # --- broken documents: every schema must reject them -------------------------------------
     for name, docs in documents.items():
@@ -186,6 +197,11 @@ with tempfile.TemporaryDirectory() as work:
     expect_rejected("search", mutated("search", lambda d: d["front"][0].pop("working_set_bytes")), "a front point without its working set",
                     "required field")
     expect_rejected("search", mutated("search", lambda d: d.__setitem__("front", [])), "an empty front", "fewer than 1")
+    expect_rejected("hardware", mutated("hardware", lambda d: d["time"].__setitem__("bound", "hbm")), "an unknown bound",
+                    "anyOf")
+    expect_rejected("hardware", mutated("hardware", lambda d: d["l2"].pop("dram_read_bytes")), "no DRAM reads", "required field")
+    expect_rejected("machines", mutated("machines", lambda d: [m for m in d if "gpu" in m][0]["gpu"].__setitem__("l2_partitions", 0)),
+                    "an L2 of no partitions", "minimum")
 
     # --- the validator refuses a schema keyword it does not implement, instead of skipping it ---
     with open(out("unsupported.schema.json"), "w") as f:

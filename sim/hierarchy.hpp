@@ -1,0 +1,105 @@
+// The three-level model: what a GPU kernel moves between its thread blocks' shared memory, an L2
+// shared by every thread block resident at once, and DRAM.
+//
+// It runs the kernel's own schedule (the registry's schedule of algorithms/, shape-only) with the
+// kernel's tiling (kernels/tilings.hpp, the constants the kernel is compiled with), splits each
+// head's tile loads and stores into thread blocks by the schedule's parallel loop
+// (ScheduleInfo::parallel_loop), and replays the thread blocks through the L2 (l2_cache.hpp) in
+// the kernel's launch order (kernels::launch_order, the grid the launchers use):
+//   - SMs x blocks per SM thread blocks are resident at once; each issues its next tile access in
+//     turn (round robin), and a finished block's slot takes the next block of the launch order;
+//   - blocks per SM: the least of what the SM's shared memory, threads and blocks allow and what
+//     the kernel's launch bounds ask registers for (FA1 declares none: its ptxas register count);
+//   - each thread block's tiles live in the SRAM arena of the registry (its share of the SM's
+//     shared memory and registers), so a schedule that holds more than that is refused;
+//   - a tile access is the sectors of its rows in the kernel's buffers (the flash layout
+//     [batch * seqlen, heads, dim], the statistics' own layouts, FA1's fp32 state, the backward's
+//     workspace), each row rounded out to whole 32-byte sectors: the loads and stores the kernel
+//     issues, including FA1's 4-byte stores of its fp32 O state, which write each sector twice.
+// Work is per tile, not per element: a run costs O(thread blocks x tile accesses).
+//
+// Kernels (generation, direction) and the schedules they run:
+//   fa1 forward  -> fa1_skip             one thread block per (head, batch), the whole head
+//   fa2 forward  -> fa2                  one per (query block, head, batch)
+//   fa3 forward  -> fa2                  the same loop; launched in the tile order of tile_order.hpp
+//   fa2 backward -> fa2_backward_atomic  one per (key block, head, batch); dQ added in the L2
+//   fa3 backward -> fa2_backward_atomic
+// The backward's other kernels (D = rowsum(dO o O) and the dQ conversion) are counted apart,
+// two-level (every byte once).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/counters.hpp"
+#include "algorithms/problem.hpp"
+#include "kernels/tilings.hpp"
+#include "sim/l2_cache.hpp"
+#include "sim/machines.hpp"
+
+namespace flashlab::sim {
+
+struct KernelChoice {
+  std::string generation = "fa2";     // "fa1", "fa2", "fa3"
+  std::string direction = "forward";  // "forward", "backward"
+  bool deterministic = false;         // backward: key blocks start last-first (the deterministic dQ order)
+  bool l2_sections = true;            // fa3 forward, causal: the tile order's L2 sections (false: longest
+                                      // first over every head, the order before them)
+  // How the caller lays out Q, K, V, O, dO and the gradients: "flash" ([batch * seqlen, heads, dim],
+  // attention_api.hpp's flash_layout; the benchmark binaries Nsight Compute profiles) or "bhsd"
+  // ([batch, heads, seqlen, dim], PyTorch's SDPA layout that scripts/bench_kernels.py passes; the
+  // forward's LSE then [batch, heads, seqlen]).
+  std::string layout = "flash";
+};
+
+// Overrides of the machine's GPU, for experiments and tests (0 or -1: the machine's).
+struct HierarchyOptions {
+  std::int64_t l2_bytes = -1;
+  int l2_partitions = 0;
+  int sm_count = 0;
+  int blocks_per_sm = 0;
+};
+
+// What one thread block of the main kernel does, for the time model (time_model.hpp).
+struct HierarchyWork {
+  std::vector<std::int32_t> block_steps;  // tile steps of each thread block, in launch order
+  std::int64_t steps = 0;                 // their sum
+  double step_matmul_flops = 0;           // per step, as executed (tiles padded to the kernel's blocks
+  double step_scores = 0;                 //   and head dim): 4 Br Bc d forward, 10 Br Bc d backward; Br Bc
+  int round_trips_per_step = 0;           // dependent global-memory round trips per step (FA1's O state)
+  std::int64_t other_kernels_bytes = 0;   // the backward's other kernels: bytes read and written
+  int other_kernels = 0;                  // how many (launched one after another, each streaming)
+};
+
+struct HierarchyResult {
+  KernelChoice kernel;
+  std::string schedule;                 // the registry schedule the kernel runs
+  kernels::KernelTiling tiling;         // the kernel's tiling
+  int sm_count = 0, blocks_per_sm = 0;
+  std::string occupancy_limit;          // what sets blocks_per_sm
+  std::int64_t resident_blocks = 0;     // sm_count x blocks_per_sm
+  std::int64_t thread_blocks = 0;
+  double waves = 0;                     // thread_blocks / resident_blocks
+  std::int64_t arena_bytes = 0;         // the SRAM arena of one thread block
+  std::int64_t l2_bytes = 0;
+  int l2_partitions = 1;
+  int sector_bytes = 0;
+  Counters two_level;                   // the schedule's count of the whole pass, every kernel (no cache)
+  std::int64_t main_read_bytes = 0;     // the main kernel's reads with no cache (sectors), incl. atomics' fills
+  std::int64_t main_write_bytes = 0;    // its writes and atomics (sectors)
+  L2Counters l2;                        // the main kernel through the L2
+  HierarchyWork work;
+  double seconds = 0;                   // wall time of the model itself
+};
+
+// Runs the three-level model. Throws std::invalid_argument naming the input and the allowed range
+// for a kernel, problem or machine it cannot model (an unknown generation, a head dim the kernel
+// does not compile, GQA in a backward kernel, a preset without "gpu", a launch past the limits).
+HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem, const Machine& machine,
+                              const HierarchyOptions& options = {});
+
+// The registry schedule a kernel runs ("fa2 forward" -> "fa2"); throws for an unknown kernel.
+std::string kernel_schedule(const KernelChoice& kernel);
+
+}  // namespace flashlab::sim
