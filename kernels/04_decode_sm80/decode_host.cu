@@ -2,6 +2,7 @@
 // picks the split of the keys into chunks for the device, lays out the workspace and dispatches
 // to the instance for the padded head dim and the dtype (decode_instances/).
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -144,9 +145,12 @@ struct Split {
   int splits, chunk_blocks;
 };
 
-// The split of each sequence's keys into chunks of whole 64-key blocks: the count whose blocks
-// fill the device's resident slots best (the fraction of the last wave in use), the fewest among
-// equals; chunks are equal in bytes, sized by the longest sequence.
+// The split of each sequence's keys into chunks of whole 64-key blocks, chunks equal in bytes and
+// sized by the longest sequence. No split where the (sequence, KV head, row tile) units already
+// fill 80 % of the device's resident blocks; otherwise the fewest chunks whose blocks use at least
+// 95 % of the last wave as well as the best count does (use: the fraction of the last wave's
+// resident slots that hold a block). More chunks than that add partial results and their combine
+// for little: with 512 units on 264 slots, one chunk uses 97 % and 33 would use 100 %.
 Split choose_split(const Problem& problem, const DecodeArgs& args, int blocks_per_sm, int multiprocessors) {
   constexpr int kBlockN = decode::DecodeTiling<64>::kBlockN;
   int longest = problem.seqlen_k;
@@ -159,16 +163,27 @@ Split choose_split(const Problem& problem, const DecodeArgs& args, int blocks_pe
     return {(key_blocks + chunk - 1) / chunk, chunk};
   }
   const std::int64_t slots = static_cast<std::int64_t>(std::max(1, blocks_per_sm)) * multiprocessors;
-  Split best{1, key_blocks};
-  double best_use = -1;
+  if (units(problem) * 5 >= slots * 4) return {1, key_blocks};
+  auto use = [&](int splits) {
+    const std::int64_t blocks = units(problem) * splits, waves = (blocks + slots - 1) / slots;
+    return static_cast<double>(blocks) / static_cast<double>(waves * slots);
+  };
+  std::vector<Split> candidates;  // by increasing splits
   for (int chunk = key_blocks; chunk >= 1; --chunk) {
     const int splits = (key_blocks + chunk - 1) / chunk;
     if (splits > kMaxSplits) break;
-    const std::int64_t blocks = units(problem) * splits, waves = (blocks + slots - 1) / slots;
-    const double use = static_cast<double>(blocks) / static_cast<double>(waves * slots);
-    if (use > best_use + 1e-9) best_use = use, best = {splits, chunk};
+    if (!candidates.empty() && candidates.back().splits == splits) {
+      candidates.back().chunk_blocks = chunk;  // the shortest chunk for this count: the most even split
+    } else {
+      candidates.push_back({splits, chunk});
+    }
   }
-  return best;
+  double best_use = 0;
+  for (const Split& candidate : candidates) best_use = std::max(best_use, use(candidate.splits));
+  for (const Split& candidate : candidates) {
+    if (use(candidate.splits) >= 0.95 * best_use) return candidate;
+  }
+  return candidates.back();
 }
 
 template <typename Visit>
@@ -219,6 +234,7 @@ void run(const Problem& problem, const DecodeArgs& args, bool stream_only) {
   decode::DecodeParams p{};
   p.q = args.q, p.o = args.o, p.lse = args.lse, p.k_cache = args.k_cache, p.v_cache = args.v_cache;
   p.block_table = args.block_table, p.block_table_stride = args.max_pages_per_sequence, p.page_size = args.page_size;
+  p.page_shift = std::has_single_bit(static_cast<unsigned>(args.page_size)) ? std::countr_zero(static_cast<unsigned>(args.page_size)) : -1;
   p.cache_seqlens = args.cache_seqlens, p.seqlen_new = args.seqlen_new, p.k_new = args.k_new, p.v_new = args.v_new;
   p.batch = problem.batch, p.heads_q = problem.heads_q, p.heads_kv = problem.heads_kv;
   p.group = problem.heads_q / problem.heads_kv, p.seqlen_q = problem.seqlen_q, p.head_dim = problem.head_dim;

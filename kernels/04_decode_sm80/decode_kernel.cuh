@@ -40,6 +40,7 @@ struct DecodeParams {
   const int* block_table = nullptr;
   std::int64_t block_table_stride = 0;
   int page_size = 0;
+  int page_shift = -1;  // log2(page_size) when it is a power of two: shifts instead of divisions
   const int* cache_seqlens = nullptr;  // keys in the cache before this call's append
   int seqlen_new = 0;                  // keys appended (their K and V written before this kernel)
   DeviceTensor k_new, v_new;           // (batch, new token, KV head): the append kernel's input
@@ -55,13 +56,18 @@ struct DecodeParams {
   int* finished = nullptr;       // [batch][heads_kv][row_tiles]
 };
 
-// Where key `key` of sequence `b`'s head `head` sits: its row in the cache's (batch or page,
-// position or slot) addressing.
-__device__ __forceinline__ std::int64_t cache_row_offset(const DecodeParams& p, const DeviceTensor& cache, int b, int key,
-                                                         int head) {
-  if (p.block_table == nullptr) return cache.offset(b, 0, key, head);
-  const int page = __ldg(p.block_table + b * p.block_table_stride + key / p.page_size);
-  return cache.offset(page, 0, key % p.page_size, head);
+// Where key `key` of sequence `b` sits in the cache: (batch, position), or (page, slot) by the
+// block table; looked up once for K and V.
+struct CacheRow {
+  int batch_or_page, position_or_slot;
+};
+__device__ __forceinline__ CacheRow cache_row(const DecodeParams& p, int b, int key) {
+  if (p.block_table == nullptr) return {b, key};
+  const int page_index = p.page_shift >= 0 ? key >> p.page_shift : key / p.page_size;
+  return {__ldg(p.block_table + b * p.block_table_stride + page_index), key - page_index * p.page_size};
+}
+__device__ __forceinline__ std::int64_t cache_offset(const DeviceTensor& cache, CacheRow row, int head) {
+  return cache.offset(row.batch_or_page, 0, row.position_or_slot, head);
 }
 
 // Row r of a tile: query head and query token.
@@ -84,13 +90,13 @@ __global__ void decode_append_kernel(const DecodeParams p) {
   const int head = static_cast<int>(index / chunks % p.heads_kv);
   const int token = static_cast<int>(index / chunks / p.heads_kv % p.seqlen_new);
   const int b = static_cast<int>(index / chunks / p.heads_kv / p.seqlen_new);
-  const int key = p.cache_seqlens[b] + token;
+  const CacheRow row = cache_row(p, b, p.cache_seqlens[b] + token);
   const int column = chunk * kChunkElements;
   const T* k_new = p.k_new.as<const T>() + p.k_new.offset(b, 0, token, head) + column;
   const T* v_new = p.v_new.as<const T>() + p.v_new.offset(b, 0, token, head) + column;
-  *reinterpret_cast<uint4*>(p.k_cache.as<T>() + cache_row_offset(p, p.k_cache, b, key, head) + column) =
+  *reinterpret_cast<uint4*>(p.k_cache.as<T>() + cache_offset(p.k_cache, row, head) + column) =
       *reinterpret_cast<const uint4*>(k_new);
-  *reinterpret_cast<uint4*>(p.v_cache.as<T>() + cache_row_offset(p, p.v_cache, b, key, head) + column) =
+  *reinterpret_cast<uint4*>(p.v_cache.as<T>() + cache_offset(p.v_cache, row, head) + column) =
       *reinterpret_cast<const uint4*>(v_new);
 }
 
@@ -118,8 +124,9 @@ __device__ __forceinline__ void load_kv_block(const DecodeParams& p, T* k_stage,
     const T* k_source = p.k_cache.as<const T>();
     const T* v_source = p.v_cache.as<const T>();
     if (valid) {
-      k_source += cache_row_offset(p, p.k_cache, b, key, head_kv) + column;
-      v_source += cache_row_offset(p, p.v_cache, b, key, head_kv) + column;
+      const CacheRow cached = cache_row(p, b, key);
+      k_source += cache_offset(p.k_cache, cached, head_kv) + column;
+      v_source += cache_offset(p.v_cache, cached, head_kv) + column;
     }
     cp_async_16(shared_address(k_stage + row * Tile::kRowStride + column), k_source, valid);
     cp_async_16(shared_address(v_stage + row * Tile::kRowStride + column), v_source, valid);
