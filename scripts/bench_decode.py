@@ -18,7 +18,6 @@ Usage (on the GPU machine, the kernel library built):
 """
 import argparse
 import datetime
-import importlib.util
 import json
 import pathlib
 import sys
@@ -28,19 +27,13 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+import kernel_abi
+
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
 GRAPH_CALLS = 20
 
 
-def load_abi():
-    path = pathlib.Path(__file__).resolve().parents[1] / "python" / "flashlab" / "_abi.py"
-    spec = importlib.util.spec_from_file_location("flashlab_abi", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_abi = load_abi()
+_abi = kernel_abi.load()
 
 
 class Decode:

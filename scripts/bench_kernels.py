@@ -26,10 +26,8 @@ python/flashlab of this checkout, whose loader needs no compiled extension.)
 """
 import argparse
 import datetime
-import importlib.util
 import json
 import os
-import pathlib
 import platform
 import subprocess
 import sys
@@ -39,22 +37,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
-
-def _kernel_abi():
-    """flashlab._abi: the installed package's, else this checkout's python/flashlab/_abi.py (plain
-    Python over ctypes, loadable without the package's compiled core)."""
-    try:
-        from flashlab import _abi  # noqa: PLC0415
-        return _abi
-    except ImportError:
-        path = pathlib.Path(__file__).resolve().parents[1] / "python" / "flashlab" / "_abi.py"
-        spec = importlib.util.spec_from_file_location("flashlab_abi", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+import kernel_abi
 
 
-_abi = _kernel_abi()
+_abi = kernel_abi.load()
 
 
 class Flashlab:
