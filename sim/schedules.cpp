@@ -336,9 +336,10 @@ std::vector<ScheduleInfo> make_registry() {
                        }));
   list.push_back(entry({.name = "ring",
                         .source = "algorithms/12_ring_attention.hpp",
-                        .paper = "Ring Attention (Liu, Zaharia and Abbeel 2023), Algorithm 1",
+                        .paper = "Ring Attention, Algorithm 1",
                         .description = "ring attention over P devices (--devices, --ordering contiguous|striped|zigzag): "
-                                       "query shards in place, K/V blocks around the ring, FA2 per block pair, LSE merge",
+                                       "query shards in place, K/V blocks around the ring, FA2 per block pair, LSE merge "
+                                       "(Liu, Zaharia and Abbeel 2023, Algorithm 1)",
                         .pass = Pass::forward,
                         .shares_kv_in_group = true,
                         .key_block_count_decides = false,
@@ -363,7 +364,7 @@ std::vector<ScheduleInfo> make_registry() {
                        }));
   list.push_back(entry({.name = "ring_backward",
                         .source = "algorithms/12_ring_attention.hpp",
-                        .paper = "Ring Attention backward: dK, dV travel with K, V",
+                        .paper = "Ring Attention, backward",
                         .description = "ring attention's backward over P devices: FA2's backward per block pair, dQ "
                                        "accumulated in place, dK and dV accumulated as they travel the ring",
                         .pass = Pass::backward,

@@ -70,6 +70,9 @@ std::string range_text(Range r) {
 std::string event_text(const RecordedEvent& e) {
   switch (e.kind) {
     case EventKind::line: return "line " + std::to_string(e.line);
+    case EventKind::ring_step:
+      return "step " + std::to_string(e.step) + ": device " + std::to_string(e.device) + " holds K/V block " +
+             std::to_string(e.block);
     case EventKind::softmax_update: return "softmax state of rows " + range_text(e.rows);
     case EventKind::load:
     case EventKind::store:

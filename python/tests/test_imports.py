@@ -15,3 +15,9 @@ def test_import_flashlab_and_testing_needs_no_torch():
     ops_without_torch = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None\n"
                                         "import flashlab.ops"], capture_output=True, text=True, env=os.environ)
     assert "flashlab.ops runs on PyTorch tensors and needs torch" in ops_without_torch.stderr
+
+
+def test_flashlab_distributed_says_it_needs_torch():
+    result = subprocess.run([sys.executable, "-c", "import sys; sys.modules['torch'] = None\n"
+                             "import flashlab.distributed"], capture_output=True, text=True, env=os.environ)
+    assert "flashlab.distributed runs on PyTorch tensors and needs torch" in result.stderr

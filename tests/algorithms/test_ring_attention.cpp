@@ -16,7 +16,7 @@ namespace {
 
 Problem ring_problem(int seqlen_q, int seqlen_k, bool causal) {
   Problem p;
-  p.batch = 2;
+  p.batch = 1;
   p.heads_q = 2;
   p.heads_kv = 1;  // GQA: the group's query heads share the travelling K, V (and dK, dV)
   p.seqlen_q = seqlen_q;
