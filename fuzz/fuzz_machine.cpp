@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/tilings.hpp"
 #include "sim/machines.hpp"
 

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
+#include "algorithms/counters.hpp"
 #include "algorithms/problem.hpp"
-#include "algorithms/tile_memory.hpp"
 
 namespace flashlab::sim {
 

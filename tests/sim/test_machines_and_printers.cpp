@@ -87,3 +87,25 @@ TEST_CASE("printers and parsers", "[sim][report]") {
   print_counters(table, run.counters);
   CHECK(table.str().find("HBM traffic") != std::string::npos);
 }
+
+TEST_CASE("the H200 preset's GPU description and time-model constants: checked, sourced, round trip", "[sim][machines]") {
+  const Machine h200 = find_machine("h200");
+  REQUIRE(h200.gpu);
+  REQUIRE(h200.time_model);
+  for (const std::string* source : {&h200.gpu->sm_source, &h200.gpu->clock_source, &h200.gpu->occupancy_source,
+                                    &h200.gpu->l2_source, &h200.gpu->l2_partitions_source, &h200.gpu->copy_source,
+                                    &h200.gpu->l2_bandwidth_source, &h200.gpu->matmul_measured_source, &h200.time_model->source}) {
+    CHECK(source->size() > 10);
+  }
+  nlohmann::json broken = to_json(h200);
+  broken["gpu"]["l2_sector_bytes"] = 48;
+  CHECK_THROWS_WITH(machine_from_json(broken, "test"), contains_text("l2_sector_bytes") && contains_text("a divisor of l2_line_bytes"));
+  broken = to_json(h200);
+  broken["time_model"]["kernels"]["fa2_forward"]["tensor_efficiency_by_head_dim"]["x"] = 0.5;
+  CHECK_THROWS_WITH(machine_from_json(broken, "test"), contains_text("key 'x' is not a head dim"));
+  broken = to_json(h200);
+  broken["gpu"].erase("l2_source");
+  CHECK_THROWS_WITH(machine_from_json(broken, "test"), contains_text("l2_source"));
+  CHECK(machine_from_json(to_json(h200), "round trip").gpu->l2_bytes == h200.gpu->l2_bytes);
+  CHECK(to_json(machine_from_json(to_json(h200), "round trip")) == to_json(h200));
+}
