@@ -39,20 +39,36 @@ KernelTiling forward_row(const char* generation, int shared_budget) {
 
 // The backward on sm_80 (an A100's budget, no dQ staging) and on sm_90 (with the staging tile
 // where kBulkDq), each on the devices of its budget.
+// The FA2 rung's cp.async tiles start on 32-byte boundaries of shared memory (the three-level model
+// takes a tile's first row as sector-aligned): whole tiles of padded rows, one after another.
+constexpr int kSectorBytes = 32;
+
 template <class Tile>
 void add_backward_rows(std::vector<KernelTiling>& rows) {
+  static_assert(Tile::kKvBytes % kSectorBytes == 0 && Tile::kQBytes % kSectorBytes == 0 && Tile::kRowsOffset % kSectorBytes == 0,
+                "K, V, Q, dO and the LSE/D rows start on sector boundaries");
   for (const int budget : {kHopperSharedBytes, kAmpereSharedBytes}) {
     const int bytes = static_cast<int>(Tile::smem_bytes(budget == kHopperSharedBytes && Tile::kBulkDq));
     if (bytes > budget) continue;  // refused there
     rows.push_back({"fa2", "backward", Tile::kHeadDim, budget, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, bytes, budget, Tile::kMinBlocksPerSm});
+                    Tile::kStages, bytes, budget, Tile::kMinBlocksPerSm, Tile::kStride * kElementBytes});
   }
+}
+
+template <class Tile>
+KernelTiling fa2_forward_row(int shared_budget) {
+  static_assert((Tile::kBlockM * Tile::kRowStride * kElementBytes) % kSectorBytes == 0 &&
+                    (Tile::kBlockN * Tile::kRowStride * kElementBytes) % kSectorBytes == 0,
+                "the Q tile and each K/V stage start on sector boundaries");
+  KernelTiling row = forward_row<Tile>("fa2", shared_budget);
+  row.async_copy_row_bytes = Tile::kRowStride * kElementBytes;
+  return row;
 }
 
 template <int kHeadDim>
 void add_fa2_forward_rows(std::vector<KernelTiling>& rows) {
-  rows.push_back(forward_row<fa2::ForwardTiling<kHeadDim, kHopperSharedBytes>>("fa2", kHopperSharedBytes));
-  rows.push_back(forward_row<fa2::ForwardTiling<kHeadDim, kAmpereSharedBytes>>("fa2", kAmpereSharedBytes));
+  rows.push_back(fa2_forward_row<fa2::ForwardTiling<kHeadDim, kHopperSharedBytes>>(kHopperSharedBytes));
+  rows.push_back(fa2_forward_row<fa2::ForwardTiling<kHeadDim, kAmpereSharedBytes>>(kAmpereSharedBytes));
 }
 
 }  // namespace
