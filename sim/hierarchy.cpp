@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -112,11 +113,14 @@ std::int64_t async_copy_read_sectors(const Buffer& b, const TileAccess& a, const
     if (a.rows != 1 && a.cols != b.row_stride) return key.sectors;  // not a contiguous run: no such copy in the kernels
     return async_copy_sectors(first, 0, static_cast<std::int64_t>(a.rows) * a.cols * e, sector);
   }
-  // Row r's source and destination offsets within a sector repeat with period `sector` rows (at most).
+  // Row r's source and destination offsets within a sector repeat every `period` rows (2 for the
+  // kernels' 16-byte multiples, at most `sector`).
   const std::int64_t span = a.cols * e, stride = b.row_stride * e;
+  const std::int64_t period = std::lcm(sector / std::gcd(stride % sector, std::int64_t{sector}),
+                                       sector / std::gcd(row_bytes % sector, sector));
   std::int64_t total = 0;
-  for (std::int64_t r = 0; r < std::min<std::int64_t>(a.rows, sector); ++r) {
-    const std::int64_t rows_alike = (a.rows - r + sector - 1) / sector;
+  for (std::int64_t r = 0; r < std::min<std::int64_t>(a.rows, period); ++r) {
+    const std::int64_t rows_alike = (a.rows - r + period - 1) / period;
     total += rows_alike * async_copy_sectors(first + r * stride, r * row_bytes, span, sector);
   }
   return total;
