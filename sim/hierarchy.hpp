@@ -20,7 +20,7 @@
 //     each sector twice, the backward rungs' 16-byte pieces of dK and dV too), the reductions into
 //     dQ are counted apart from the stores, and a cp.async copy (the FA2 rung) fetches a source
 //     sector once per destination sector it lands in, so its padded shared rows read 1.5x their
-//     bytes from the L2 (async_copy_sectors in hierarchy.cpp; KernelTiling::async_copy_row_bytes).
+//     bytes from the L2 (async_copy_sectors below; KernelTiling::async_copy_row_bytes).
 // Work is per tile, not per element: a run costs O(thread blocks x tile accesses).
 //
 // Kernels (generation, direction) and the schedules they run:
