@@ -34,7 +34,7 @@ template <class Tile>
 KernelTiling forward_row(const char* generation, int shared_budget) {
   return {generation,    "forward",     Tile::kHeadDim, shared_budget,      Tile::kBlockM,
           Tile::kBlockN, Tile::kWarps,  Tile::kStages,  Tile::kSharedBytes, Tile::kSharedBytes,
-          min_blocks_per_sm<Tile>()};
+          min_blocks_per_sm<Tile>(), 0};
 }
 
 // The backward on sm_80 (an A100's budget, no dQ staging) and on sm_90 (with the staging tile
@@ -91,7 +91,7 @@ std::vector<KernelTiling> dispatched_tilings() {
   for_each_head_dim<fa3::kBackwardHeadDims>([&]<int kHeadDim>() {
     using Tile = fa3::BackwardTiling<kHeadDim>;
     rows.push_back({"fa3", "backward", kHeadDim, kHopperSharedBytes, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm});
+                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm, 0});
   });
   return rows;
 }
