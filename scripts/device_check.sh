@@ -5,8 +5,9 @@
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd ncu-model sanitize
 # sanitize-sm90 fa4 variants compare compare-bench python lab06 decode ring (default: build tests
-# bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes and time of FA1, FA2 and FA3 (forward and
-# backward) at three sizes, beside the three-level model (scripts/model_vs_ncu.py;
+# bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes, SM -> L2 store and reduction sectors,
+# time and SM clock of FA1, FA2 and FA3 (forward and backward) at three sizes, beside the
+# three-level model (scripts/model_vs_ncu.py;
 # $OUT/ncu_model.{csv,md,json}). python: the Python package in the build tree (flashlab._core and
 # the kernel library) and its pytest suite, the GPU tests (marker gpu) included. lab06: the
 # course's lab-06 grader on this GPU (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is
