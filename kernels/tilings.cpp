@@ -34,25 +34,41 @@ template <class Tile>
 KernelTiling forward_row(const char* generation, int shared_budget) {
   return {generation,    "forward",     Tile::kHeadDim, shared_budget,      Tile::kBlockM,
           Tile::kBlockN, Tile::kWarps,  Tile::kStages,  Tile::kSharedBytes, Tile::kSharedBytes,
-          min_blocks_per_sm<Tile>()};
+          min_blocks_per_sm<Tile>(), 0};
 }
 
 // The backward on sm_80 (an A100's budget, no dQ staging) and on sm_90 (with the staging tile
 // where kBulkDq), each on the devices of its budget.
+// The FA2 rung's cp.async tiles start on 32-byte boundaries of shared memory (the three-level model
+// takes a tile's first row as sector-aligned): whole tiles of padded rows, one after another.
+constexpr int kSectorBytes = 32;
+
 template <class Tile>
 void add_backward_rows(std::vector<KernelTiling>& rows) {
+  static_assert(Tile::kKvBytes % kSectorBytes == 0 && Tile::kQBytes % kSectorBytes == 0 && Tile::kRowsOffset % kSectorBytes == 0,
+                "K, V, Q, dO and the LSE/D rows start on sector boundaries");
   for (const int budget : {kHopperSharedBytes, kAmpereSharedBytes}) {
     const int bytes = static_cast<int>(Tile::smem_bytes(budget == kHopperSharedBytes && Tile::kBulkDq));
     if (bytes > budget) continue;  // refused there
     rows.push_back({"fa2", "backward", Tile::kHeadDim, budget, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, bytes, budget, Tile::kMinBlocksPerSm});
+                    Tile::kStages, bytes, budget, Tile::kMinBlocksPerSm, Tile::kStride * kElementBytes});
   }
+}
+
+template <class Tile>
+KernelTiling fa2_forward_row(int shared_budget) {
+  static_assert((Tile::kBlockM * Tile::kRowStride * kElementBytes) % kSectorBytes == 0 &&
+                    (Tile::kBlockN * Tile::kRowStride * kElementBytes) % kSectorBytes == 0,
+                "the Q tile and each K/V stage start on sector boundaries");
+  KernelTiling row = forward_row<Tile>("fa2", shared_budget);
+  row.async_copy_row_bytes = Tile::kRowStride * kElementBytes;
+  return row;
 }
 
 template <int kHeadDim>
 void add_fa2_forward_rows(std::vector<KernelTiling>& rows) {
-  rows.push_back(forward_row<fa2::ForwardTiling<kHeadDim, kHopperSharedBytes>>("fa2", kHopperSharedBytes));
-  rows.push_back(forward_row<fa2::ForwardTiling<kHeadDim, kAmpereSharedBytes>>("fa2", kAmpereSharedBytes));
+  rows.push_back(fa2_forward_row<fa2::ForwardTiling<kHeadDim, kHopperSharedBytes>>(kHopperSharedBytes));
+  rows.push_back(fa2_forward_row<fa2::ForwardTiling<kHeadDim, kAmpereSharedBytes>>(kAmpereSharedBytes));
 }
 
 }  // namespace
@@ -75,7 +91,7 @@ std::vector<KernelTiling> dispatched_tilings() {
   for_each_head_dim<fa3::kBackwardHeadDims>([&]<int kHeadDim>() {
     using Tile = fa3::BackwardTiling<kHeadDim>;
     rows.push_back({"fa3", "backward", kHeadDim, kHopperSharedBytes, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm});
+                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm, 0});
   });
   return rows;
 }

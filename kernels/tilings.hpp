@@ -29,6 +29,11 @@ struct KernelTiling {
   // The blocks per SM the kernel's launch bounds ask registers for (its kMinBlocksPerSm): the
   // register budget the compiler holds the kernel to; 0 where the kernel declares none (FA1).
   int min_blocks_per_sm = 0;
+  // Bytes per shared-memory row of the 16-bit tiles the kernel copies from global memory with
+  // 16-byte cp.async (the padded row pitch; its per-row statistics go to a contiguous float array);
+  // 0 where it copies none that way (FA1 loads through registers, the Hopper rung by TMA). Every
+  // such tile starts at a 32-byte boundary of shared memory.
+  int async_copy_row_bytes = 0;
 };
 
 // Every dispatched tiling: per rung, direction and padded head dim, one per shared budget

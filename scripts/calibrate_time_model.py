@@ -14,18 +14,31 @@ row's prediction, ratio and bound, and the median and largest error of each set.
 Measurements (all on the H200; TFLOP/s in the flash-attention convention, turned back into times):
   fa2 forward, fa2 backward, fa1 forward (fp16)   docs/bench/h200_bench.json
   fa3 forward                                     docs/bench/h200_hopper_forward.json
-  fa3 backward                                    docs/bench/h200_fa3_backward_shared_space.json: at
-      d 64 the column "fa3@pipeline" (the shared-space change alone there, as committed); at d 128
-      "fa3" (the shared-space change left d 128 unchanged; its "pipeline" adds an early S^T that
-      was not kept)
+  fa3 backward                                    docs/bench/h200_fa3_backward_fa4_same_run.json, the
+      column "fa3@bwd_original": the kernel in the tree (docs/kernels.md's table of that run). The
+      constants were first fitted on docs/bench/h200_fa3_backward_shared_space.json, whose d 128
+      column was the kernel before the shared-space change and whose run was slow throughout (its
+      bf16 matmul ceiling 738 TFLOP/s against 783-800 in the other runs); the tree's kernel measured
+      7-11 % faster at d 128 in the later run.
 The benchmark passes PyTorch's [batch, heads, seqlen, dim] tensors, so the model runs with the
 bhsd layout.
 
-usage: PYTHONPATH=build/release/python python3 scripts/calibrate_time_model.py
+Then, not fitted, the Nsight Compute launches of docs/bench/h200_ncu_model.csv (scripts/device_check.sh
+ncu-model: one launch of each main kernel, clocks unlocked, the benchmark binaries' flash layout):
+the model's main-kernel time beside each, and the benchmark median of the same kernel and shape
+where a run has one (a backward's benchmark time is its pass; the model's time of the pass's other
+two kernels is taken off it).
+
+usage: PYTHONPATH=build/release/python python3 scripts/calibrate_time_model.py [--refit KERNEL ...]
            [--write-preset] [--json docs/bench/h200_time_model.json] [--markdown docs/bench/h200_time_model.md]
---write-preset writes the fitted constants into sim/machines/h200.json ("time_model").
+--refit fits only the kernels named (fa2_forward, fa1_forward, fa2_backward, fa3_forward,
+fa3_backward); the others keep the preset's constants (the fits of tensor efficiency against
+softmax cycles are flat along a line where the two trade off, so a refit of an unchanged kernel
+can wander along it without changing a prediction). --write-preset writes the constants into
+sim/machines/h200.json ("time_model").
 """
 import argparse
+import csv
 import json
 import math
 import os
@@ -43,8 +56,19 @@ MEASUREMENTS = {  # FA1 after FA2's forward, whose compute constants it takes
     "fa1_forward": ("fa1", "forward", "h200_bench.json", "fwd", {64: "fa1_fp16", 128: "fa1_fp16"}),
     "fa2_backward": ("fa2", "backward", "h200_bench.json", "bwd", {64: "fa2", 128: "fa2", 256: "fa2"}),
     "fa3_forward": ("fa3", "forward", "h200_hopper_forward.json", "fwd", {64: "fa3", 128: "fa3", 256: "fa3"}),
-    "fa3_backward": ("fa3", "backward", "h200_fa3_backward_shared_space.json", "bwd", {64: "fa3@pipeline", 128: "fa3"}),
+    "fa3_backward": ("fa3", "backward", "h200_fa3_backward_fa4_same_run.json", "bwd",
+                     {64: "fa3@bwd_original", 128: "fa3@bwd_original"}),
 }
+# The benchmark median of each kernel on the H200, for the Nsight Compute launches: kernel key ->
+# (file, pass, column); the kernels in the tree when docs/bench/h200_ncu_model.csv was measured.
+BENCHMARK_OF = {
+    "fa1_forward": ("h200_bench.json", "fwd", "fa1_fp16"),
+    "fa2_forward": ("h200_bench.json", "fwd", "fa2"),
+    "fa2_backward": ("h200_bench.json", "bwd", "fa2"),
+    "fa3_forward": ("h200_fa3_backward_fa4_same_run.json", "fwd", "fa3@bwd_original"),
+    "fa3_backward": ("h200_fa3_backward_fa4_same_run.json", "bwd", "fa3@bwd_original"),
+}
+NCU_CSV = os.path.join(BENCH, "h200_ncu_model.csv")
 
 
 def flops(row, direction):
@@ -131,15 +155,55 @@ def fit(runs, rows, free, fixed):
     return constants(best[0])
 
 
+def benchmark_seconds(key, shape):
+    """The benchmark median of kernel `key` at `shape` (head_dim, causal, seqlen, batch, heads) in
+    BENCHMARK_OF's run, in seconds, and its source; (None, None) where that run has no such row."""
+    name, pass_, column = BENCHMARK_OF[key]
+    with open(os.path.join(BENCH, name)) as file:
+        bench = json.load(file)
+    for row in bench["rows"]:
+        if tuple(row[k] for k in ("head_dim", "causal", "seqlen", "batch", "heads")) == shape and row[pass_].get(column):
+            return flops(row, MEASUREMENTS[key][1]) / (row[pass_][column] * 1e12), f"{name}: {pass_} {column}"
+    return None, None
+
+
+def ncu_rows(sim, constants_of):
+    """The Nsight Compute launches of NCU_CSV beside the model's main-kernel time (not fitted)."""
+    rows = []
+    with open(NCU_CSV) as file:
+        for m in csv.DictReader(file):
+            key = f"{m['kernel']}_{m['direction']}"
+            shape = (int(m["head_dim"]), m["causal"] in ("True", "true", "1"), int(m["seqlen"]), int(m["batch"]), int(m["heads"]))
+            problem = sim.problem(seqlen_q=shape[2], head_dim=shape[0], batch=shape[3], heads_q=shape[4], causal=shape[1],
+                                  dtype=m["dtype"])
+            time = sim.hardware_run(m["kernel"], problem, direction=m["direction"]).time(constants_of[key])
+            bench, source = benchmark_seconds(key, shape)
+            bench_kernel = bench - time["other_kernels_seconds"] if bench else None  # a backward: the pass less D and dQ
+            measured = float(m["seconds"])
+            rows.append({"kernel": key, "head_dim": shape[0], "causal": shape[1], "seqlen": shape[2], "batch": shape[3],
+                         "heads": shape[4], "ncu_seconds": measured, "predicted_kernel_seconds": time["kernel_seconds"],
+                         "ratio": time["kernel_seconds"] / measured, "bound": time["bound"],
+                         "benchmark_kernel_seconds": bench_kernel, "benchmark_source": source,
+                         "ncu_over_benchmark": measured / bench_kernel if bench_kernel else None,
+                         "predicted_over_benchmark": time["kernel_seconds"] / bench_kernel if bench_kernel else None,
+                         "source": f"docs/bench/h200_ncu_model.csv: {m['source']}"})
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--refit", nargs="+", choices=list(MEASUREMENTS), metavar="KERNEL",
+                        help="fit these kernels only; the others keep the preset's constants (default: fit all)")
     parser.add_argument("--write-preset", action="store_true", help="write the constants into sim/machines/h200.json")
     parser.add_argument("--json", help="write every row and the summary as JSON")
     parser.add_argument("--markdown", help="write the table as markdown")
     args = parser.parse_args()
     from flashlab import sim  # noqa: PLC0415 (the build tree's package, on PYTHONPATH)
 
-    report = {"format": "flashlab-time-model-calibration", "version": 1, "machine": "h200",
+    with open(PRESET) as file:
+        preset_constants = json.load(file)["time_model"]["kernels"]
+    refit = set(args.refit or MEASUREMENTS)
+    report = {"format": "flashlab-time-model-calibration", "version": 2, "machine": "h200",
               "command": "python3 scripts/calibrate_time_model.py " + " ".join(sys.argv[1:]),
               "calibration_seqlens": sorted(CALIBRATION_SEQLENS), "kernels": {}, "rows": []}
     for key in MEASUREMENTS:
@@ -151,7 +215,9 @@ def main():
                                   heads_q=row["heads"], causal=row["causal"], dtype=dtype)
             runs.append(sim.hardware_run(row["generation"], problem, direction=row["direction"], layout="bhsd"))
         calibration = [(i, r) for i, r in enumerate(rows) if r["calibration"]]
-        if key == "fa1_forward":
+        if key not in refit:
+            constants = preset_constants[key]
+        elif key == "fa1_forward":
             # FA1's steps wait on their round trips: its mma.sync and exp2 work are FA2's (the same
             # instructions), whose constants it takes; its own are the round trip and the block.
             shared = report["kernels"]["fa2_forward"]["constants"]
@@ -168,10 +234,11 @@ def main():
                        bound=time["bound"], kernel_seconds=time["kernel_seconds"])
             errors["calibration" if row["calibration"] else "held_out"].append(abs(row["ratio"] - 1))
             report["rows"].append(row)
-        report["kernels"][key] = {"constants": constants, "rows": len(rows),
+        report["kernels"][key] = {"constants": constants, "fitted": key in refit, "rows": len(rows),
+                                  "source": MEASUREMENTS[key][2],
                                   **{f"{part}_median_error": statistics.median(e) for part, e in errors.items() if e},
                                   **{f"{part}_max_error": max(e) for part, e in errors.items() if e}}
-        print(f"{key}: {len(rows)} rows, constants {json.dumps(constants)}" +
+        print(f"{key}: {len(rows)} rows, constants {'fitted' if key in refit else 'of the preset'} {json.dumps(constants)}" +
               "; median error " + ", ".join(f"{part} {statistics.median(e):.1%}" for part, e in errors.items() if e))
     for part, flag in (("calibration", True), ("held_out", False)):
         errors = [abs(r["ratio"] - 1) for r in report["rows"] if r["calibration"] == flag]
@@ -179,15 +246,18 @@ def main():
         report[f"{part}_rows"] = len(errors)
     print(f"all kernels: calibration median error {report['calibration_median_error']:.1%} "
           f"({report['calibration_rows']} rows), held out {report['held_out_median_error']:.1%} ({report['held_out_rows']} rows)")
+    report["ncu_rows"] = ncu_rows(sim, {key: k["constants"] for key, k in report["kernels"].items()})
+    report["ncu_median_error"] = statistics.median(abs(r["ratio"] - 1) for r in report["ncu_rows"])
+    print(f"Nsight Compute launches (not fitted): median error {report['ncu_median_error']:.1%} ({len(report['ncu_rows'])} rows)")
 
     if args.write_preset:
         with open(PRESET) as file:
             preset = json.load(file)
-        preset["time_model"] = {
-            "source": "scripts/calibrate_time_model.py --write-preset: least squares on log time over the benchmark rows "
-                      "of seqlen 512, 2048, 8192 (docs/bench/h200_bench.json, h200_hopper_forward.json, "
-                      "h200_fa3_backward_shared_space.json); checked on 1024, 4096, 16384 (docs/bench/h200_time_model.md)",
-            "kernels": {key: rounded(k["constants"]) for key, k in report["kernels"].items()}}
+        preset["time_model"]["kernels"] = {key: rounded(k["constants"]) for key, k in report["kernels"].items()}
+        preset["time_model"]["source"] = (
+            "scripts/calibrate_time_model.py --write-preset: least squares on log time over the benchmark rows of seqlen "
+            "512, 2048, 8192 (docs/bench/h200_bench.json, h200_hopper_forward.json, h200_fa3_backward_fa4_same_run.json); "
+            "checked on 1024, 4096, 16384 and on the Nsight Compute launches of h200_ncu_model.csv (docs/bench/h200_time_model.md)")
         with open(PRESET, "w") as file:
             file.write(json.dumps(preset, indent=2) + "\n")
         print(f"wrote {PRESET}")
@@ -208,12 +278,14 @@ def markdown(report):
     lines = ["# The time model against the measured kernel times (H200)", "",
              f"`{report['command']}`; constants fitted on seqlen {', '.join(map(str, report['calibration_seqlens']))}, "
              "checked on the other rows (held out). Ratio = predicted / measured.", "",
-             "| kernel | constants | calibration median / max error | held-out median / max error |",
-             "| --- | --- | --- | --- |"]
+             "| kernel | measured in | constants | calibration median / max error | held-out median / max error |",
+             "| --- | --- | --- | --- | --- |"]
     for key, k in report["kernels"].items():
         constants = ", ".join(f"{n} {v}" for n, v in rounded(k["constants"], 3).items())
-        lines.append(f"| {key} | {constants} | {k['calibration_median_error']:.1%} / {k['calibration_max_error']:.1%} | "
-                     f"{k.get('held_out_median_error', float('nan')):.1%} / {k.get('held_out_max_error', float('nan')):.1%} |")
+        origin = "" if k["fitted"] else " (the preset's, not refitted)"
+        lines.append(f"| {key} | {k['source']} | {constants}{origin} | {k['calibration_median_error']:.1%} / "
+                     f"{k['calibration_max_error']:.1%} | {k.get('held_out_median_error', float('nan')):.1%} / "
+                     f"{k.get('held_out_max_error', float('nan')):.1%} |")
     lines += ["", f"All kernels: calibration median error {report['calibration_median_error']:.1%} "
               f"({report['calibration_rows']} rows), held-out median error {report['held_out_median_error']:.1%} "
               f"({report['held_out_rows']} rows).", "",
@@ -223,6 +295,22 @@ def markdown(report):
         lines.append(f"| {r['kernel']} | {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | "
                      f"{'calibration' if r['calibration'] else 'held out'} | {r['measured_seconds'] * 1e3:.3f} | "
                      f"{r['predicted_seconds'] * 1e3:.3f} | {r['ratio']:.2f} | {r['bound']} |")
+    lines += ["", "## Nsight Compute launches (not fitted)", "",
+              "One launch of each main kernel under Nsight Compute with the clocks unlocked (`--clock-control none`, "
+              "`scripts/device_check.sh ncu-model`, docs/bench/h200_ncu_model.csv; d 128, 16 heads, non-causal, the "
+              "benchmark binaries' flash layout): single launches, not benchmark medians. Beside them the benchmark "
+              "median of the same kernel and shape where a run has one (a backward's pass less the model's time of "
+              "its D and dQ-conversion kernels). Ratio = predicted / measured.", "",
+              "| kernel | b | seqlen | ncu ms | predicted ms | ratio | bound | benchmark ms | ncu / benchmark | predicted / benchmark |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report["ncu_rows"]:
+        bench = "-" if r["benchmark_kernel_seconds"] is None else f"{r['benchmark_kernel_seconds'] * 1e3:.3f}"
+        over = "-" if r["ncu_over_benchmark"] is None else f"{r['ncu_over_benchmark']:.2f}"
+        predicted_over = "-" if r["predicted_over_benchmark"] is None else f"{r['predicted_over_benchmark']:.2f}"
+        lines.append(f"| {r['kernel']} | {r['batch']} | {r['seqlen']} | {r['ncu_seconds'] * 1e3:.3f} | "
+                     f"{r['predicted_kernel_seconds'] * 1e3:.3f} | {r['ratio']:.2f} | {r['bound']} | {bench} | {over} | {predicted_over} |")
+    lines += ["", f"Median error on these launches: {report['ncu_median_error']:.1%} ({len(report['ncu_rows'])} rows). "
+              "Benchmark medians: " + "; ".join(sorted({f'{key} {v[0]} ({v[2]})' for key, v in BENCHMARK_OF.items()})) + "."]
     return "\n".join(lines) + "\n"
 
 

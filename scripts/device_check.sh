@@ -5,8 +5,9 @@
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd ncu-model sanitize
 # sanitize-sm90 fa4 variants compare compare-bench python lab06 decode ring (default: build tests
-# bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes and time of FA1, FA2 and FA3 (forward and
-# backward) at three sizes, beside the three-level model (scripts/model_vs_ncu.py;
+# bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes, SM -> L2 store and reduction sectors,
+# time and SM clock of FA1, FA2 and FA3 (forward and backward) at three sizes, beside the
+# three-level model (scripts/model_vs_ncu.py;
 # $OUT/ncu_model.{csv,md,json}). python: the Python package in the build tree (flashlab._core and
 # the kernel library) and its pytest suite, the GPU tests (marker gpu) included. lab06: the
 # course's lab-06 grader on this GPU (python/tests/gpu/test_grade_lab06.py; flashlab._core alone is
@@ -177,15 +178,17 @@ step_ncu() {
 step_ncu_model() {
   # The main kernel of FA1 forward (fp16), FA2 forward and backward, FA3 forward and backward (bf16),
   # d 128, 16 heads, non-causal, 16k tokens as b 16 s 1024, b 4 s 4096, b 1 s 16384: one launch each
-  # (--launch-count 1, clocks as they are), the metrics the three-level model predicts and those that
-  # say which unit is busiest. Then scripts/model_vs_ncu.py collects them into $OUT/ncu_model.csv and,
+  # (--launch-count 1, clocks as they are), the metrics the three-level model predicts (the stores'
+  # and the reductions' SM -> L2 sectors apart), those that say which unit is busiest, and the SM
+  # clock of the launch. Then scripts/model_vs_ncu.py collects them into $OUT/ncu_model.csv and,
   # where the build tree has the Python package, sets the model beside them ($OUT/ncu_model.md, .json).
   local start=$(date +%s) logs=$OUT/ncu_model wanted names present=() missing=() metric
   mkdir -p "$logs"
   wanted="dram__bytes_read.sum dram__bytes_write.sum l1tex__m_xbar2l1tex_read_bytes.sum gpu__time_duration.sum
     lts__t_sectors_srcunit_tex_op_write.sum sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
     sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active dram__throughput.avg.pct_of_peak_sustained_elapsed
-    lts__t_sectors.avg.pct_of_peak_sustained_elapsed"
+    lts__t_sectors.avg.pct_of_peak_sustained_elapsed lts__t_sectors_srcunit_tex_op_red.sum
+    smsp__cycles_elapsed.avg.per_second"
   names=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
   for metric in $wanted; do
     if grep -qx "${metric%%.*}" <<<"$names"; then present+=("$metric"); else missing+=("$metric"); fi

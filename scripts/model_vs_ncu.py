@@ -7,9 +7,12 @@
       GPU machine).
   compare CSV --markdown OUT.md --json OUT.json
       runs the model on each row's problem (bf16 or FA1's fp16, d 128, 16 heads, the benchmark binaries'
-      flash layout) and sets its DRAM read and write bytes, L2 -> SM bytes, SM -> L2 write sectors and
-      kernel time beside the measured ones (ratio = model / measured), with the bound the model names
-      and the unit Nsight Compute shows busiest.
+      flash layout) and sets its DRAM read and write bytes, L2 -> SM bytes, SM -> L2 write sectors of
+      the stores and of the reductions (atomics, bulk reductions: counted apart, as Nsight Compute's
+      op_write and op_red sectors are) and kernel time beside the measured ones (ratio = model /
+      measured; a metric the run did not collect shows the model alone), with the bound the model
+      names and the unit Nsight Compute shows busiest. The times are single launches with the
+      clocks unlocked, not benchmark medians (docs/bench/h200_time_model.md sets both beside the model).
   committed --markdown OUT.md --json OUT.json
       the same from the Nsight Compute logs committed in docs/bench/ (FA1 b 4 s 4096; FA2 forward b 16
       s 1024 and b 1 s 16384, and b 4 s 4096 from docs/kernels.md's table; the FA3 forward's persistent
@@ -33,6 +36,8 @@ METRICS = {  # Nsight Compute metric -> the column it fills
     "dram__bytes_write.sum": "dram_write_bytes",
     "l1tex__m_xbar2l1tex_read_bytes.sum": "l2_to_sm_bytes",
     "lts__t_sectors_srcunit_tex_op_write.sum": "sm_to_l2_write_sectors",
+    "lts__t_sectors_srcunit_tex_op_red.sum": "sm_to_l2_reduction_sectors",
+    "smsp__cycles_elapsed.avg.per_second": "sm_clock_hz",
     "gpu__time_duration.sum": "seconds",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pct",
@@ -41,9 +46,12 @@ METRICS = {  # Nsight Compute metric -> the column it fills
     "lts__t_sectors.avg.pct_of_peak_sustained_elapsed": "l2_pct",
 }
 UNITS = {"": 1, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12, "sector": 1, "%": 1,
-         "ns": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1, "second": 1, "nsecond": 1e-9}
+         "ns": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1, "second": 1, "nsecond": 1e-9,
+         "cycle/nsecond": 1e9, "cycle/usecond": 1e6, "cycle/second": 1, "Ghz": 1e9, "Mhz": 1e6, "hz": 1}
 NAME = re.compile(r"ncu_model_(fa[123])_(forward|backward)_b(\d+)_s(\d+)\.log$")
-COMPARED = ("dram_read_bytes", "dram_write_bytes", "l2_to_sm_bytes", "sm_to_l2_write_sectors", "seconds")
+COMPARED = ("dram_read_bytes", "dram_write_bytes", "l2_to_sm_bytes", "sm_to_l2_write_sectors", "sm_to_l2_reduction_sectors",
+            "seconds")
+SHOWN_UNMEASURED = ("sm_to_l2_reduction_sectors",)  # shown with the model's count where the run did not collect it
 
 
 def parse_log(path):
@@ -91,6 +99,7 @@ def model_row(sim, row, **options):
     record = sim.hardware(row["kernel"], problem, direction=row["direction"], **options)
     return {"dram_read_bytes": record["l2"]["dram_read_bytes"], "dram_write_bytes": record["l2"]["dram_write_bytes"],
             "l2_to_sm_bytes": record["l2"]["l2_to_sm_bytes"], "sm_to_l2_write_sectors": record["l2"]["sm_to_l2_write_sectors"],
+            "sm_to_l2_reduction_sectors": record["l2"]["sm_to_l2_reduction_sectors"],
             "seconds": record["time"]["kernel_seconds"] if record["time"] else None,
             "bound": record["time"]["bound"] if record["time"] else None,
             "dram_total_bytes": record["l2"]["dram_read_bytes"] + record["l2"]["dram_write_bytes"]}
@@ -107,6 +116,8 @@ def compare(rows, sim):
         for column in COMPARED + ("dram_total_bytes",):
             measured = row.get(column)
             if measured in (None, ""):
+                if column in SHOWN_UNMEASURED and model[column]:
+                    entry["metrics"][column] = {"model": model[column], "measured": None, "ratio": None}
                 continue
             measured = float(measured)
             entry["metrics"][column] = {"model": model[column], "measured": measured,
@@ -133,17 +144,19 @@ def fmt(column, value):
         return "-"
     if column == "seconds":
         return f"{value * 1e3:.3f} ms"
-    if column == "sm_to_l2_write_sectors":
+    if column in ("sm_to_l2_write_sectors", "sm_to_l2_reduction_sectors"):
         return f"{value / 1e6:.2f} M"
     return f"{value / 1e9:.3f} GB" if value >= 1e9 else f"{value / 1e6:.1f} MB"
 
 
 def markdown(entries, title):
     lines = [f"# {title}", "", "Ratio = model / measured. Model: `flashlab hardware` (sim/hierarchy.hpp, sim/time_model.hpp) on the "
-             "H200 preset; measured: Nsight Compute, `--clock-control none`.", "",
+             "H200 preset; measured: Nsight Compute, `--clock-control none`, one launch per row; \"-\": a metric the "
+             "run did not collect.", "",
              "| kernel | b | s | causal | metric | model | measured | ratio | source |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     names = {"dram_read_bytes": "DRAM read", "dram_write_bytes": "DRAM written", "dram_total_bytes": "DRAM read + written",
-             "l2_to_sm_bytes": "L2 -> SM", "sm_to_l2_write_sectors": "SM -> L2 write sectors", "seconds": "kernel time"}
+             "l2_to_sm_bytes": "L2 -> SM", "sm_to_l2_write_sectors": "SM -> L2 write sectors (stores)",
+             "sm_to_l2_reduction_sectors": "SM -> L2 reduction sectors", "seconds": "kernel time (one launch)"}
     for e in entries:
         for column, m in e["metrics"].items():
             if column == "dram_total_bytes" and "dram_read_bytes" in e["metrics"]:

@@ -13,6 +13,7 @@ nlohmann::json to_json(const L2Counters& c) {
           {"dirty_at_end_bytes", c.dirty_at_end_bytes},
           {"l2_to_sm_bytes", c.l2_to_sm_bytes},
           {"sm_to_l2_write_sectors", c.sm_to_l2_write_sectors},
+          {"sm_to_l2_reduction_sectors", c.sm_to_l2_reduction_sectors},
           {"read_hit_bytes", c.read_hit_bytes},
           {"read_miss_bytes", c.read_miss_bytes},
           {"far_hit_bytes", c.far_hit_bytes},
@@ -93,7 +94,11 @@ void print_hierarchy(std::ostream& out, const HierarchyResult& r, const std::opt
   row("dirty in L2 at the end", static_cast<double>(l2.dirty_at_end_bytes), "written back after the kernel");
   row("L2 -> SM", static_cast<double>(l2.l2_to_sm_bytes), "l1tex__m_xbar2l1tex_read_bytes.sum");
   out << std::left << std::setw(34) << "SM -> L2 write sectors" << std::right << std::setw(12) << l2.sm_to_l2_write_sectors
-      << "   lts__t_sectors_srcunit_tex_op_write.sum\n";
+      << "   lts__t_sectors_srcunit_tex_op_write.sum (stores)\n";
+  if (l2.sm_to_l2_reduction_sectors > 0) {
+    out << std::left << std::setw(34) << "SM -> L2 reduction sectors" << std::right << std::setw(12)
+        << l2.sm_to_l2_reduction_sectors << "   lts__t_sectors_srcunit_tex_op_red.sum (atomics, reductions)\n";
+  }
   if (r.work.other_kernels > 0) {
     row("other kernels (D, dQ conversion)", static_cast<double>(r.work.other_kernels_bytes), "read + written, two-level");
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -40,8 +41,17 @@ struct Buffer {
 struct TileAccess {
   std::uint8_t buffer = 0;
   L2Cache::Access kind = L2Cache::Access::read;
-  std::uint8_t passes = 1;  // store requests per sector (writes)
+  std::uint8_t passes = 1;       // stores: requests per sector
+  std::uint8_t piece_bytes = 0;  // stores: >0, each request writes this many bytes of one row (in one sector)
   std::int32_t row_begin = 0, rows = 0, col_begin = 0, cols = 0;
+};
+
+// How a kernel stores a tile: `passes` requests write each sector (coalesced rows: 1), or each
+// request writes `piece_bytes` contiguous bytes of a row.
+struct StoreRequests {
+  int buffer = 0;
+  int passes = 1;
+  int piece_bytes = 0;
 };
 
 struct ThreadBlockStream {
@@ -87,6 +97,35 @@ L2UnitKey unit_of(const Buffer& b, const TileAccess& a, int head, int batch, int
   return {static_cast<std::uint64_t>(first / sector), static_cast<std::uint32_t>(a.rows), static_cast<std::uint32_t>(sectors)};
 }
 
+// The sectors of the byte range [offset, offset + bytes) from a sector boundary.
+std::int64_t sectors_touched(std::int64_t offset, std::int64_t bytes, int sector) {
+  return bytes <= 0 ? 0 : (offset + bytes - 1) / sector - offset / sector + 1;
+}
+
+// The L2 -> SM sectors of a read of a kernel that copies global -> shared with cp.async: a 16-bit
+// tile into rows `row_bytes` apart from a sector boundary (row r of the tile into shared row r),
+// or a per-row statistic (4-byte elements, LSE and D) into a contiguous, sector-aligned array.
+std::int64_t async_copy_read_sectors(const Buffer& b, const TileAccess& a, const L2UnitKey& key, int head, int batch,
+                                     int sector, int row_bytes) {
+  const std::int64_t e = b.element_bytes;
+  const std::int64_t first = b.base + (batch * b.batch_stride + a.row_begin * b.row_stride + head * b.head_stride + a.col_begin) * e;
+  if (b.element_bytes != 2) {
+    if (a.rows != 1 && a.cols != b.row_stride) return key.sectors;  // not a contiguous run: no such copy in the kernels
+    return async_copy_sectors(first, 0, static_cast<std::int64_t>(a.rows) * a.cols * e, sector);
+  }
+  // Row r's source and destination offsets within a sector repeat every `period` rows (2 for the
+  // kernels' 16-byte multiples, at most `sector`).
+  const std::int64_t span = a.cols * e, stride = b.row_stride * e;
+  const std::int64_t period = std::lcm(sector / std::gcd(stride % sector, std::int64_t{sector}),
+                                       sector / std::gcd(row_bytes % sector, sector));
+  std::int64_t total = 0;
+  for (std::int64_t r = 0; r < std::min<std::int64_t>(a.rows, period); ++r) {
+    const std::int64_t rows_alike = (a.rows - r + period - 1) / period;
+    total += rows_alike * async_copy_sectors(first + r * stride, r * row_bytes, span, sector);
+  }
+  return total;
+}
+
 // Splits a head's events into thread blocks by the schedule's parallel loop and turns each tile
 // load and store into a TileAccess of the kernel's buffers (`resolve`).
 template <class Resolve>
@@ -112,10 +151,11 @@ class StreamRecorder : public TraceSink {
         other_bytes += event.bytes;
         return;
       }
-      const auto [buffer, passes] = resolve_(event.tensor, element_bytes, kind, line_);
+      const StoreRequests stores = resolve_(event.tensor, element_bytes, kind, line_);
       ThreadBlockStream& block = blocks.back();
-      block.accesses.push_back({static_cast<std::uint8_t>(buffer), kind, static_cast<std::uint8_t>(passes), event.rows.begin,
-                                event.rows.size, event.cols.begin, event.cols.size});
+      block.accesses.push_back({static_cast<std::uint8_t>(stores.buffer), kind, static_cast<std::uint8_t>(stores.passes),
+                                static_cast<std::uint8_t>(stores.piece_bytes), event.rows.begin, event.rows.size,
+                                event.cols.begin, event.cols.size});
       if (kind == L2Cache::Access::read && event.tensor == step_tensor_) ++block.steps;
     } catch (const std::exception& error) {
       failed_ = true;
@@ -174,6 +214,12 @@ const kernels::KernelTiling& kernel_tiling(const std::vector<kernels::KernelTili
 }
 
 }  // namespace
+
+std::int64_t async_copy_sectors(std::int64_t source, std::int64_t destination, std::int64_t bytes, int sector) {
+  const std::int64_t source_sectors = sectors_touched(source % sector, bytes, sector);
+  if (((source - destination) % sector + sector) % sector == 0) return source_sectors;
+  return source_sectors + sectors_touched(destination % sector, bytes, sector) - 1;
+}
 
 std::string kernel_schedule(const KernelChoice& kernel) {
   if (kernel.generation != "fa1" && kernel.generation != "fa2" && kernel.generation != "fa3") {
@@ -300,26 +346,29 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
   }
   (void)rows_k;
 
-  // Which buffer a tile of the schedule is, and how many store requests write each of its sectors.
-  auto resolve = [&](TensorId tensor, int bytes, L2Cache::Access kind, int line) -> std::pair<int, int> {
+  // Which buffer a tile of the schedule is, and how the kernel's store requests write it.
+  auto resolve = [&](TensorId tensor, int bytes, L2Cache::Access kind, int line) -> StoreRequests {
     const bool fp32 = bytes == 4;
     switch (tensor) {
-      case TensorId::Q: return {q, 1};
-      case TensorId::K: return {k, 1};
-      case TensorId::V: return {v, 1};
+      case TensorId::Q: return {q};
+      case TensorId::K: return {k};
+      case TensorId::V: return {v};
       case TensorId::O:
         if (!forward) break;
         if (!fp32) return {o, fa1 ? 4 : 1};  // FA1 stores O as 2-byte halves, 4 requests per sector
         if (fa1) return {o_state, line == 2 ? 1 : 2};  // line 2 zeroes it coalesced; each step stores 4-byte floats, 2 per sector pair
         break;
-      case TensorId::LSE: return {lse, 1};
-      case TensorId::m: if (fa1) return {m, 1}; break;
-      case TensorId::l: if (fa1) return {l, 1}; break;
-      case TensorId::dO: if (!forward) return {d_o, 1}; break;
-      case TensorId::D: if (!forward) return {delta, 1}; break;
-      case TensorId::dQ: if (!forward) return {fp32 ? dq_accum : dq, 1}; break;
-      case TensorId::dK: if (!forward) return {dk, 1}; break;
-      case TensorId::dV: if (!forward) return {dv, 1}; break;
+      case TensorId::LSE: return {lse};
+      case TensorId::m: if (fa1) return {m}; break;
+      case TensorId::l: if (fa1) return {l}; break;
+      case TensorId::dO: if (!forward) return {d_o}; break;
+      case TensorId::D: if (!forward) return {delta}; break;
+      case TensorId::dQ: if (!forward) return {fp32 ? dq_accum : dq}; break;
+      // Both backward rungs store dK_j and dV_j from the mma accumulators, a 4-byte pair per lane:
+      // one warp instruction writes 16 contiguous bytes (an n8 column tile) of each of its rows,
+      // so every 32-byte sector of a row takes two requests.
+      case TensorId::dK: if (!forward) return {dk, 1, 16}; break;
+      case TensorId::dV: if (!forward) return {dv, 1, 16}; break;
       default: break;
     }
     (void)kind;
@@ -390,7 +439,7 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
     launch_next(resident[s]);
     resident[s].side = static_cast<int>(s % static_cast<std::size_t>(result.sm_count)) % result.l2_partitions;
   }
-  const int sector = result.sector_bytes;
+  const int sector = result.sector_bytes, async_copy_row_bytes = tiling.async_copy_row_bytes;
   for (bool busy = true; busy;) {
     busy = false;
     for (Resident& slot : resident) {
@@ -402,13 +451,18 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
       const int head = buffer.kv_side && forward ? slot.head / group : slot.head;
       const L2UnitKey key = unit_of(buffer, a, head, slot.batch, sector);
       const std::int64_t bytes = static_cast<std::int64_t>(key.sectors) * sector;
+      std::int64_t requested = 0;  // the sectors the SM's requests carry
       if (a.kind == L2Cache::Access::read) {
         result.main_read_bytes += bytes;
+        requested = async_copy_row_bytes > 0 ? async_copy_read_sectors(buffer, a, key, head, slot.batch, sector, async_copy_row_bytes)
+                                             : key.sectors;
       } else {
         result.main_write_bytes += bytes;
         if (a.kind == L2Cache::Access::atomic) result.main_read_bytes += bytes;
+        requested = a.piece_bytes > 0 ? static_cast<std::int64_t>(a.rows) * ((a.cols * buffer.element_bytes + a.piece_bytes - 1) / a.piece_bytes)
+                                      : static_cast<std::int64_t>(key.sectors) * a.passes;
       }
-      cache.access(key, a.kind, a.passes, slot.side);
+      cache.access(key, a.kind, requested, slot.side);
     }
   }
   result.l2 = cache.counters();

@@ -14,8 +14,13 @@
 //     shared memory and registers), so a schedule that holds more than that is refused;
 //   - a tile access is the sectors of its rows in the kernel's buffers (the flash layout
 //     [batch * seqlen, heads, dim], the statistics' own layouts, FA1's fp32 state, the backward's
-//     workspace), each row rounded out to whole 32-byte sectors: the loads and stores the kernel
-//     issues, including FA1's 4-byte stores of its fp32 O state, which write each sector twice.
+//     workspace), each row rounded out to whole 32-byte sectors: what the L2 holds and DRAM moves;
+//   - the traffic between the SMs and the L2 is counted per request, as the kernel issues them:
+//     a store request counts each sector it writes (FA1's 4-byte stores of its fp32 O state write
+//     each sector twice, the backward rungs' 16-byte pieces of dK and dV too), the reductions into
+//     dQ are counted apart from the stores, and a cp.async copy (the FA2 rung) fetches a source
+//     sector once per destination sector it lands in, so its padded shared rows read 1.5x their
+//     bytes from the L2 (async_copy_sectors below; KernelTiling::async_copy_row_bytes).
 // Work is per tile, not per element: a run costs O(thread blocks x tile accesses).
 //
 // Kernels (generation, direction) and the schedules they run:
@@ -98,6 +103,19 @@ struct HierarchyResult {
 // does not compile, GQA in a backward kernel, a preset without "gpu", a launch past the limits).
 HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem, const Machine& machine,
                               const HierarchyOptions& options = {});
+
+// The sectors the L2 sends for one cp.async copy of `bytes` contiguous bytes from global address
+// `source` to shared address `destination` (kernels/common/sm80.cuh: cp.async.cg, 16 bytes per
+// thread; cp.async.ca, 4): one per (source sector, destination sector) pair its bytes fall in.
+// Where both sit at the same offset within a sector, that is each source sector once; otherwise
+// the sector boundaries of the two sides interleave and a source sector is fetched again for each
+// destination sector it straddles: S_source + S_destination - 1. The FA2 rung's padded shared rows
+// (kSharedRowPadding: one 16-byte chunk) put every odd row of a tile 16 bytes off its source, so a
+// tile of 256-byte rows costs 8 sectors per even row and 16 per odd row: 1.5x its bytes, what
+// Nsight Compute's l1tex__m_xbar2l1tex_read_bytes measured on the H200 for every FA2 forward and
+// backward launch (docs/simulator.md). Copies of 4-byte values that sit at different offsets were
+// not measured.
+std::int64_t async_copy_sectors(std::int64_t source, std::int64_t destination, std::int64_t bytes, int sector);
 
 // The registry schedule a kernel runs ("fa2 forward" -> "fa2"); throws for an unknown kernel.
 std::string kernel_schedule(const KernelChoice& kernel);

@@ -13,6 +13,7 @@ L2Counters& L2Counters::operator+=(const L2Counters& o) {
   checked_accumulate(dirty_at_end_bytes, o.dirty_at_end_bytes, "dirty_at_end_bytes");
   checked_accumulate(l2_to_sm_bytes, o.l2_to_sm_bytes, "l2_to_sm_bytes");
   checked_accumulate(sm_to_l2_write_sectors, o.sm_to_l2_write_sectors, "sm_to_l2_write_sectors");
+  checked_accumulate(sm_to_l2_reduction_sectors, o.sm_to_l2_reduction_sectors, "sm_to_l2_reduction_sectors");
   checked_accumulate(read_hit_bytes, o.read_hit_bytes, "read_hit_bytes");
   checked_accumulate(read_miss_bytes, o.read_miss_bytes, "read_miss_bytes");
   checked_accumulate(far_hit_bytes, o.far_hit_bytes, "far_hit_bytes");
@@ -113,13 +114,18 @@ std::int64_t L2Cache::used_bytes() const {
   return used;
 }
 
-void L2Cache::access(const L2UnitKey& key, Access kind, int request_passes, int side) {
+void L2Cache::access(const L2UnitKey& key, Access kind, std::int64_t request_sectors, int side) {
+  if (request_sectors < 0) {
+    throw std::invalid_argument("L2 access: request_sectors = " + std::to_string(request_sectors) +
+                                "; allowed: >= 0 (0: the unit's sectors)");
+  }
   const std::int64_t bytes = checked_mul(key.sectors, sector_bytes_, "bytes of an L2 unit");
+  const std::int64_t requested = request_sectors > 0 ? request_sectors : key.sectors;
   const int home_part = home(key), near_part = side % partitions();
   Partition& home_partition = parts_[static_cast<std::size_t>(home_part)];
   if (kind == Access::read) {
     ++counters_.reads;
-    checked_accumulate(counters_.l2_to_sm_bytes, bytes, "l2_to_sm_bytes");
+    checked_accumulate(counters_.l2_to_sm_bytes, checked_mul(requested, sector_bytes_, "L2 -> SM bytes"), "l2_to_sm_bytes");
     Partition& near_partition = parts_[static_cast<std::size_t>(near_part)];
     if (near_partition.touch(key)) {
       checked_accumulate(counters_.read_hit_bytes, bytes, "read_hit_bytes");
@@ -135,9 +141,13 @@ void L2Cache::access(const L2UnitKey& key, Access kind, int request_passes, int 
     near_partition.insert(key, bytes, false);  // the near partition's copy (the home's own when they are one)
     return;
   }
-  ++(kind == Access::write ? counters_.writes : counters_.atomics);
-  checked_accumulate(counters_.sm_to_l2_write_sectors, checked_mul(key.sectors, request_passes, "write sectors"),
-                     "sm_to_l2_write_sectors");
+  if (kind == Access::write) {
+    ++counters_.writes;
+    checked_accumulate(counters_.sm_to_l2_write_sectors, requested, "sm_to_l2_write_sectors");
+  } else {
+    ++counters_.atomics;
+    checked_accumulate(counters_.sm_to_l2_reduction_sectors, requested, "sm_to_l2_reduction_sectors");
+  }
   if (home_partition.touch(key)) {
     home_partition.make_dirty(key);
     return;

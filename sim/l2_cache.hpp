@@ -19,10 +19,14 @@
 //     DRAM writes; stores and atomics go to the home partition (a near copy is updated in place);
 //   - write-allocate without a fill: a store covers the sectors it writes, so a store that misses
 //     reads nothing from DRAM;
-//   - an atomic add is performed in the home partition: a missing unit is read from DRAM first,
-//     then dirtied, and nothing returns to the SM;
+//   - an atomic add (a reduction: red, atom, cp.reduce.async.bulk) is performed in the home
+//     partition: a missing unit is read from DRAM first, then dirtied, and nothing returns to the
+//     SM; its sectors are counted apart from the stores' (Nsight Compute's op_write sectors count
+//     stores only, its op_red sectors the reductions);
 //   - a read delivers its unit to the SM whether it hits or misses (L2 -> SM bytes, what
-//     l1tex__m_xbar2l1tex_read_bytes counts); a miss in the home partition reads it from DRAM;
+//     l1tex__m_xbar2l1tex_read_bytes counts), as many sectors as the SM's requests carry (a
+//     cp.async copy can fetch a sector twice, sim/hierarchy.cpp); a miss in the home partition
+//     reads it from DRAM;
 //   - a unit larger than a partition passes through it and is not kept.
 // Capacity is counted in the sectors the units hold (a 128-byte line of which one sector is used
 // occupies 32 bytes here; only the 4-byte-per-row tensors, LSE, m, l and D, have such lines).
@@ -39,8 +43,9 @@ struct L2Counters {
   std::int64_t dram_read_bytes = 0;     // misses of reads and atomics in the home partition
   std::int64_t dram_write_bytes = 0;    // dirty units evicted while the kernel ran
   std::int64_t dirty_at_end_bytes = 0;  // written and still in the L2 when the kernel ended
-  std::int64_t l2_to_sm_bytes = 0;      // every read's sectors
-  std::int64_t sm_to_l2_write_sectors = 0;  // sectors of the store requests, once per request that writes them
+  std::int64_t l2_to_sm_bytes = 0;      // every read's sectors, once per request that carries them
+  std::int64_t sm_to_l2_write_sectors = 0;      // sectors of the store requests, once per request that writes them
+  std::int64_t sm_to_l2_reduction_sectors = 0;  // sectors of the atomics and reductions, likewise
   std::int64_t read_hit_bytes = 0, read_miss_bytes = 0;  // reads found in the near partition, or not
   std::int64_t far_hit_bytes = 0;       // of the misses, found in the home partition (no DRAM read)
   std::int64_t reads = 0, writes = 0, atomics = 0;  // accesses
@@ -67,10 +72,12 @@ class L2Cache {
   L2Cache& operator=(const L2Cache&) = delete;
 
   // One access to a unit of key.sectors sectors, from an SM near partition `side` (taken modulo the
-  // partitions). For a write, `request_passes` is how many store requests write each of its sectors
-  // (a kernel storing 4-byte floats to alternate halves of a sector writes it twice): it multiplies
-  // sm_to_l2_write_sectors only.
-  void access(const L2UnitKey& key, Access kind, int request_passes = 1, int side = 0);
+  // partitions). `request_sectors` is the sectors the SM's requests carry, each counted once per
+  // request that carries it (0: the unit's sectors, once): for a read the L2 -> SM traffic, for a
+  // write the write sectors (a kernel storing 4-byte floats to alternate halves of a sector writes
+  // it twice), for an atomic the reduction sectors. It changes those counters only, never what the
+  // L2 holds or what DRAM moves.
+  void access(const L2UnitKey& key, Access kind, std::int64_t request_sectors = 0, int side = 0);
 
   int partitions() const { return static_cast<int>(parts_.size()); }
   int home(const L2UnitKey& key) const;  // the partition a unit's address belongs to

@@ -61,7 +61,8 @@ nlohmann::json to_json(const kernels::KernelTiling& t) {
   return {{"generation", t.generation},     {"direction", t.direction},   {"head_dim", t.head_dim},
           {"shared_budget", t.shared_budget}, {"block_rows", t.block_rows}, {"block_cols", t.block_cols},
           {"warps", t.warps},               {"stages", t.stages},         {"shared_bytes", t.shared_bytes},
-          {"min_shared_limit", t.min_shared_limit}, {"min_blocks_per_sm", t.min_blocks_per_sm}};
+          {"min_shared_limit", t.min_shared_limit}, {"min_blocks_per_sm", t.min_blocks_per_sm},
+          {"async_copy_row_bytes", t.async_copy_row_bytes}};
 }
 
 void print_kernel_tilings(std::ostream& out, const std::vector<kernels::KernelTiling>& tilings) {

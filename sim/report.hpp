@@ -28,7 +28,8 @@ nlohmann::json to_json(const Roofline& roofline);
 
 // The GPU kernels' tilings (kernels/tilings.hpp): {"generation", "direction", "head_dim",
 // "shared_budget", "block_rows", "block_cols", "warps", "stages", "shared_bytes",
-// "min_shared_limit", "min_blocks_per_sm"}, and a table with one row per tiling.
+// "min_shared_limit", "min_blocks_per_sm", "async_copy_row_bytes"}, and a table with one row per
+// tiling.
 nlohmann::json to_json(const kernels::KernelTiling& tiling);
 void print_kernel_tilings(std::ostream& out, const std::vector<kernels::KernelTiling>& tilings);
 

@@ -1,8 +1,9 @@
 // The three-level model (sim/l2_cache.hpp, sim/hierarchy.hpp) and its time model
 // (sim/time_model.hpp): the L2 on small cases worked by hand (capacity, LRU order, write-back,
-// write-allocate, atomics, partitions), the kernels' sectors (FA2's LSE, FA1's 4-byte stores),
-// the reduction to the two-level count, concurrency, the launch orders, repeatability, the time
-// model's structure and the refusals of bad input.
+// write-allocate, atomics, partitions), the kernels' sectors (FA2's LSE, FA1's 4-byte stores, the
+// backward's 16-byte pieces of dK and dV and its reductions, cp.async into padded shared rows), the
+// reduction to the two-level count, concurrency, the launch orders, repeatability, the time model's
+// structure and the refusals of bad input.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -103,21 +104,28 @@ TEST_CASE("L2: write-back, write-allocate without a fill, atomics in the L2", "[
   CHECK(cache.counters().dram_read_bytes == 3 * kSector);
   CHECK(cache.counters().l2_to_sm_bytes == 3 * kSector);  // atomics return nothing
   CHECK(cache.counters().dirty_at_end_bytes == kSector);
-  cache.access(unit(5), Access::write, 2);  // two store requests per sector
-  CHECK(cache.counters().sm_to_l2_write_sectors == 1 + 2 * 1 + 2);
+  cache.access(unit(5), Access::write, 2);  // two store requests for its one sector
+  CHECK(cache.counters().sm_to_l2_write_sectors == 1 + 2);  // stores only
+  CHECK(cache.counters().sm_to_l2_reduction_sectors == 2);  // the two atomics
   CHECK(cache.counters().writes == 2);
   CHECK(cache.counters().atomics == 2);
+  // A read whose requests carry more sectors than the unit holds: more L2 -> SM bytes, nothing else.
+  const L2Counters before = cache.counters();
+  cache.access(unit(6, 2), Access::read, 3);
+  CHECK(cache.counters().l2_to_sm_bytes - before.l2_to_sm_bytes == 3 * kSector);
+  CHECK(cache.counters().dram_read_bytes - before.dram_read_bytes == 2 * kSector);
+  CHECK_THROWS_WITH(cache.access(unit(6, 2), Access::read, -1), contains_text("request_sectors = -1"));
 }
 
 TEST_CASE("L2: two partitions, an SM reading through its near one", "[sim][l2]") {
   L2Cache cache(4 * kSector, kSector, 2);  // two sectors per partition
   const L2UnitKey a = unit(7);
   const int home = cache.home(a), far = 1 - home;
-  cache.access(a, Access::read, 1, far);  // read from DRAM into the home, copied into the near partition
+  cache.access(a, Access::read, 0, far);  // read from DRAM into the home, copied into the near partition
   CHECK(cache.counters().dram_read_bytes == kSector);
   CHECK(cache.used_bytes() == 2 * kSector);
-  cache.access(a, Access::read, 1, far);  // near hit
-  cache.access(a, Access::read, 1, home);  // the home's own copy
+  cache.access(a, Access::read, 0, far);  // near hit
+  cache.access(a, Access::read, 0, home);  // the home's own copy
   CHECK(cache.counters().dram_read_bytes == kSector);
   CHECK(cache.counters().read_hit_bytes == 2 * kSector);
   // Two units homed in the far partition fill it; a third evicts the first there, but the near
@@ -127,11 +135,11 @@ TEST_CASE("L2: two partitions, an SM reading through its near one", "[sim][l2]")
     if (cache.home(unit(s)) == far) homed_far.push_back(unit(s));
   }
   L2Cache other(4 * kSector, kSector, 2);
-  for (const L2UnitKey& key : homed_far) other.access(key, Access::read, 1, far);  // read on their home side
+  for (const L2UnitKey& key : homed_far) other.access(key, Access::read, 0, far);  // read on their home side
   CHECK(other.counters().dram_read_bytes == 3 * kSector);
-  other.access(homed_far[0], Access::read, 1, home);  // the other side: not in its partition, evicted at home
+  other.access(homed_far[0], Access::read, 0, home);  // the other side: not in its partition, evicted at home
   CHECK(other.counters().dram_read_bytes == 4 * kSector);
-  other.access(homed_far[2], Access::read, 1, home);  // at home: a far hit, no DRAM read
+  other.access(homed_far[2], Access::read, 0, home);  // at home: a far hit, no DRAM read
   CHECK(other.counters().dram_read_bytes == 4 * kSector);
   CHECK(other.counters().far_hit_bytes == kSector);
   CHECK_THROWS_WITH(L2Cache(-1, kSector), contains_text("L2 capacity = -1") && contains_text("allowed: >= 0"));
@@ -150,8 +158,10 @@ TEST_CASE("hierarchy: with no L2 the DRAM bytes are the two-level count, rows ro
   CHECK(c[TensorId::LSE].hbm_write_bytes == rows * 4);
   CHECK(r.l2.dram_write_bytes == c[TensorId::O].hbm_write_bytes + rows * kSector);
   CHECK(r.l2.dirty_at_end_bytes == 0);
-  CHECK(r.l2.l2_to_sm_bytes == c.hbm_read_bytes());
   CHECK(r.main_read_bytes == c.hbm_read_bytes());
+  // Every tile has an even number of rows, half of them 16 bytes off in shared memory (cp.async
+  // fetches their sectors twice): 1.5x.
+  CHECK(2 * r.l2.l2_to_sm_bytes == 3 * c.hbm_read_bytes());
   // One store request per sector: O's 128 x 256 bytes and LSE's 128 sectors per query block (as
   // Nsight Compute counted 1152 per block on the H200, docs/kernels.md).
   CHECK(r.l2.sm_to_l2_write_sectors == r.thread_blocks * (128 * 256 / kSector + 128));
@@ -171,6 +181,47 @@ TEST_CASE("hierarchy: FA1's 4-byte stores write each sector of its fp32 O state 
   CHECK(r.l2.sm_to_l2_write_sectors == rows * per_row);
   CHECK(r.thread_blocks == batch * heads);  // one block per head
   CHECK(r.work.round_trips_per_step == 128 / 2 + 2);
+}
+
+TEST_CASE("hierarchy: cp.async into padded shared rows fetches the odd rows' sectors twice, worked by hand", "[sim][hierarchy]") {
+  // The pairs of (source sector, destination sector) one copy's bytes fall in.
+  CHECK(async_copy_sectors(0, 0, 256, kSector) == 8);     // aligned alike: each source sector once
+  CHECK(async_copy_sectors(0, 16, 256, kSector) == 16);   // 16 bytes apart: 8 + 9 - 1
+  CHECK(async_copy_sectors(16, 0, 256, kSector) == 16);   // 9 + 8 - 1
+  CHECK(async_copy_sectors(64, 0, 256, kSector) == 8);    // another sector, the same offset in it
+  CHECK(async_copy_sectors(0, 16, 16, kSector) == 1);     // one chunk: one pair
+  CHECK(async_copy_sectors(4, 0, 256, kSector) == 9 + 8 - 1);
+  // FA2 forward, d 128 (rows of 256 bytes, shared pitch 272: row r sits 16 r bytes past a sector
+  // boundary), one head of 129 rows: query blocks of 128 + 1 rows, key blocks of 64 + 64 + 1. A
+  // tile of n rows costs ceil(n/2) x 8 + floor(n/2) x 16 sectors: Q 1536 + 8, each K or V pass
+  // 768 + 768 + 8, two passes of K and V.
+  const Problem p = problem_of(1, 1, 129, 128);
+  const HierarchyResult r = run("fa2", "forward", p);
+  CHECK(r.tiling.async_copy_row_bytes == 272);
+  CHECK(r.l2.l2_to_sm_bytes == (1544 + 2 * 2 * 1544) * kSector);
+  CHECK(r.two_level.hbm_read_bytes() == (129 + 2 * 2 * 129) * 256);
+  // FA2 backward, one head of 256 rows at d 128: 2 key blocks of 128 (K and V: 1536 sectors each),
+  // each visiting 4 query blocks of 64 (Q and dO: 768 each; LSE and D: 64 floats, one aligned run
+  // into a float array each, 8 sectors).
+  const HierarchyResult b = run("fa2", "backward", problem_of(1, 1, 256, 128));
+  CHECK(b.l2.l2_to_sm_bytes == 2 * (2 * 1536 + 4 * (2 * 768 + 2 * 8)) * kSector);
+  // dK and dV leave as 16-byte pieces (two requests per sector), each (key block, query block)
+  // adds a 64 x 128 fp32 tile of dQ (1024 sectors) by a reduction.
+  CHECK(b.l2.sm_to_l2_write_sectors == 2 * 256 * (256 / 16));
+  CHECK(b.l2.sm_to_l2_reduction_sectors == 2 * 4 * 1024);
+  // The FA1 rung loads through registers, the Hopper rung by TMA: each sector once.
+  for (const auto& [generation, direction, dtype] :
+       {std::tuple{"fa1", "forward", DType::fp16}, {"fa3", "forward", DType::bf16}, {"fa3", "backward", DType::bf16}}) {
+    INFO(generation << " " << direction);
+    const HierarchyResult other = run(generation, direction, problem_of(1, 2, 256, 128, dtype));
+    CHECK(other.tiling.async_copy_row_bytes == 0);
+    // (The main kernel's reads without a cache count the reductions' fills too.)
+    CHECK(other.l2.l2_to_sm_bytes == other.main_read_bytes - other.l2.sm_to_l2_reduction_sectors * kSector);
+  }
+  // The same 16-bit tiles in the [batch, heads, seqlen, dim] layout: rows contiguous in global
+  // memory, still padded in shared memory.
+  KernelChoice bhsd{.generation = "fa2", .layout = "bhsd"};
+  CHECK(run_hierarchy(bhsd, p, find_machine("h200")).l2.l2_to_sm_bytes == r.l2.l2_to_sm_bytes);
 }
 
 TEST_CASE("hierarchy: concurrency decides what the L2 catches", "[sim][hierarchy]") {
