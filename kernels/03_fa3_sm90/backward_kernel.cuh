@@ -14,10 +14,11 @@
 //     (cp.reduce.async.bulk .add.f32), or, in deterministic mode, in key-block order with vector
 //     reductions after a ticket (line 21's dQ_i += dS K_j);
 //   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
-//     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS, issued together), P^T = exp2(S^T scale log2(e) -
-//     LSE) with the mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS),
-//     dS^T = P^T o (dP^T - D), dK_j += dS^T Q_i (RS), dS^T to shared memory for both warpgroups,
-//     then this warpgroup's dQ slice = dS K_j (SS, dS read MN-major from the transposed tile).
+//     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS), P^T = exp2(S^T scale log2(e) - LSE) with the
+//     mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS) while dS^T =
+//     P^T o (dP^T - D) is formed, dS^T to shared memory (stmatrix) for both warpgroups, then this
+//     warpgroup's dQ slice = dS K_j (SS, dS read MN-major from the transposed tile) and dK_j +=
+//     dS^T Q_i (RS), the slice staged for the dQ writer while dK runs.
 // dK_j (scaled) and dV_j leave from registers at the end (line 23). setmaxnreg moves registers
 // from the producer warpgroup to the consumers.
 #pragma once
@@ -91,13 +92,16 @@ __device__ __forceinline__ KeyBlockWork key_block_work(const BackwardParams& p) 
   }
   return w;
 }
-// Iteration `it` of the walk: query block and query head.
+// A position on the walk: query block and query head, the blocks fastest (so the loops carry it
+// instead of dividing the iteration count).
 struct QueryStep {
   int block, head;
+  __device__ __forceinline__ void advance(const KeyBlockWork& w) {
+    if (++block == w.block_last) block = w.block_first, ++head;
+  }
 };
-__device__ __forceinline__ QueryStep query_step(const BackwardParams& p, const KeyBlockWork& w, int it) {
-  const int blocks = w.block_last - w.block_first;
-  return {w.block_first + it % blocks, static_cast<int>(blockIdx.y) * p.group_size + it / blocks};
+__device__ __forceinline__ QueryStep first_query_step(const BackwardParams& p, const KeyBlockWork& w) {
+  return {w.block_first, static_cast<int>(blockIdx.y) * p.group_size};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,8 +122,8 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
   }
   float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
   RingPosition<Tile::kStages> ring;
-  for (int it = 0; it < w.iterations; ++it, ring.advance()) {
-    const QueryStep step = query_step(p, w, it);
+  QueryStep step = first_query_step(p, w);
+  for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
     const int query_begin = step.block * kBlockM;
     mbarrier_wait(&bars.q_empty[ring.stage], ring.phase ^ 1);
     if (lane == 0) {
@@ -144,42 +148,47 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
   }
 }
 
-// Producer warp 1: adds each staged dQ slice to the accumulator (line 21).
+// Producer warp 1: adds each staged dQ slice to the accumulator (line 21). The two modes are two
+// loops, so that each fits the producers' few registers (kProducerRegisters).
 template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
                          int lane) {
   constexpr int kBlockM = Tile::kBlockM;
-  const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
   const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, blockIdx.z);
-  std::uint32_t phase = 0;
-  for (int it = 0; it < w.iterations; ++it, phase ^= 1) {
-    const QueryStep step = query_step(p, w, it);
-    float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
-    if (!p.deterministic) {
+  auto dq_tile = [&](const QueryStep& step) {
+    return p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
+  };
+  QueryStep step = first_query_step(p, w);
+  if (!p.deterministic) {
+    if (lane != 0) return;  // one thread issues the bulk reductions
+    const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
+    std::uint32_t phase = 0;
+    for (int it = 0; it < w.iterations; ++it, phase ^= 1, step.advance(w)) {
+      float* tile = dq_tile(step);
       for (int slice = 0; slice < 2; ++slice) {
         mbarrier_wait(&bars.dq_full[slice], phase);
-        if (lane == 0) {
-          bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
-                              Tile::kDqStageBytes);
-          bulk_commit();
-        }
+        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes, Tile::kDqStageBytes);
+        bulk_commit();
       }
-      if (lane == 0) {
-        bulk_wait_read();  // the staging slices may be rewritten
-        mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
-      }
-      __syncwarp();
-      continue;
+      bulk_wait_read();  // the staging slices may be rewritten
+      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
     }
-    // Deterministic: query block i's key blocks add in decreasing order (the FA2 rung's ticket:
-    // its last visitor first), each after the one before has published its sums.
+    bulk_wait_read();  // shared memory must outlive the last reduction's reads
+    return;
+  }
+  // Deterministic: query block i's key blocks add in decreasing order (the FA2 rung's ticket: its
+  // last visitor first), each after the one before has published its sums.
+  for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
+    const std::uint32_t phase = it & 1;
     mbarrier_wait(&bars.dq_full[0], phase), mbarrier_wait(&bars.dq_full[1], phase);
     const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
     const int turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
     int* counter = p.dq_counters + (static_cast<std::int64_t>(blockIdx.z) * p.heads_q + step.head) * p.query_blocks + step.block;
     if (lane == 0) wait_for_turn(counter, turn);
     __syncwarp();
+    float* tile = dq_tile(step);
     const float4* staged = reinterpret_cast<const float4*>(shared + Tile::kDqStage);
+#pragma unroll 1
     for (int index = lane; index < 2 * Tile::kDqSliceFloats / 4; index += 32) {
       red_add_v4_f32(tile + 4 * index, staged[index]);
     }
@@ -190,7 +199,6 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
       mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
     }
   }
-  if (lane == 0) bulk_wait_read();  // shared memory must outlive the last reduction's reads
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,21 +231,31 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   const std::uint64_t ds_mn_major = mn_major_descriptor(base + Tile::kDs + a_panel * kBlockN * 128, kBlockN * 128);
   const std::uint64_t k_mn_major = mn_major_descriptor(base + Tile::kK + b_panel * kBlockN * 128, kBlockN * 128);
   constexpr std::uint64_t kQStageStep = Tile::kQBytes >> 4, kDsBufferStep = Tile::kDsBytes >> 4;
+  // With 64 query rows (d 128) the registers hold S^T and dP^T together, and P^T stays in fp32
+  // until dS^T; with 128 (d 64) dP^T is issued once P^T is packed, and dS^T reads P^T back from
+  // the packed A fragments.
+  constexpr bool kScoresTogether = kBlockM == 64, kKeepP = kBlockM == 64;
 
   float dk[kHeadDim / 2], dv[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) dk[i] = dv[i] = 0.f;
 
+  // stmatrix's row addresses in the dS^T tile: lanes 8j .. 8j + 7 give the rows of 8 x 8 matrix j
+  // of a k16 step (keys + 8 (j % 2), queries + 8 (j / 2): the register order of an A fragment).
+  const int ds_row = 64 * group + 16 * warp + lane % 8 + 8 * (lane / 8 % 2), ds_column = 8 * (lane / 16);
+  const std::uint32_t ds_tile0 = base + Tile::kDs;
+
   if (w.iterations > 0) mbarrier_wait(&bars.kv_full, 0);
   RingPosition<Tile::kStages> ring;
-  for (int it = 0; it < w.iterations; ++it, ring.advance()) {
-    const QueryStep step = query_step(p, w, it);
+  QueryStep step = first_query_step(p, w);
+  for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
     const int query_begin = step.block * kBlockM;
     const std::uint64_t stage = ring.stage * kQStageStep;
+    const float* lse = rows + ring.stage * 2 * kBlockM;
+    const float* delta = lse + kBlockM;
     mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
 
-    // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T, issued together where the registers
-    // hold both (kBlockM 64); with 128 query rows dP^T is issued once P^T is packed.
+    // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T.
     float s[kBlockM / 2], dp[kBlockM / 2];
     auto issue_scores = [&](float (&d)[kBlockM / 2], std::uint64_t rows_a, std::uint64_t columns_b) {
 #pragma unroll
@@ -247,11 +265,14 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       }
       wgmma_commit();
     };
-    constexpr bool kScoresTogether = kBlockM == 64;
     wgmma_fence();
     issue_scores(s, k_rows, q_k_major);
+    if constexpr (kScoresTogether) issue_scores(dp, v_rows, do_k_major);
+    // LSE_i of this thread's query columns, read while the scores run.
+    float2 lse_i[kBlockM / 8];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) lse_i[i] = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
     if constexpr (kScoresTogether) {
-      issue_scores(dp, v_rows, do_k_major);
       wgmma_wait<1>();
     } else {
       wgmma_wait<0>();
@@ -260,8 +281,6 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
 
     // Lines 12-13: P^T = exp2(S^T scale log2(e) - LSE log2(e)); keys a query must not see, keys
     // past the sequence and queries past it are -inf (on blocks crossing an edge only).
-    const float* lse = rows + ring.stage * 2 * kBlockM;
-    const float* delta = lse + kBlockM;
     const bool needs_mask = query_begin + kBlockM > w.sequence.seqlen_q || w.key_begin + kBlockN > w.sequence.seqlen_k ||
                             !w.mask.block_full(query_begin, query_begin + kBlockM - 1, w.key_begin, w.key_begin + kBlockN);
     if (needs_mask) {
@@ -279,11 +298,10 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     }
 #pragma unroll
     for (int i = 0; i < kBlockM / 8; ++i) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], p.scale_log2, -l.x));
-        s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], p.scale_log2, -l.y));
+        s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], p.scale_log2, -lse_i[i].x));
+        s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], p.scale_log2, -lse_i[i].y));
       }
     }
     std::uint32_t pf[kBlockM / 16][4];
@@ -297,41 +315,36 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       Wgmma<T, kHeadDim>::template rs<1>(dv, pf[k], do_mn_major + stage + ((k * 16 * 128) >> 4), 1);
     }
     wgmma_commit();
+    // D_i, read while dP^T finishes.
+    float2 delta_i[kBlockM / 8];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) delta_i[i] = *reinterpret_cast<const float2*>(delta + 8 * i + 2 * t);
     wgmma_wait<1>();  // dP^T done; dV may still run
     fence_registers(dp);
 
-    // Line 16: dS^T = P^T o (dP^T - D), from P as the tensor cores read it (rounded).
+    // Line 16: dS^T = P^T o (dP^T - D).
 #pragma unroll
     for (int i = 0; i < kBlockM / 8; ++i) {
-      const float2 d = *reinterpret_cast<const float2*>(delta + 8 * i + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float2 prob = unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
-        dp[4 * i + 2 * r] = prob.x * (dp[4 * i + 2 * r] - d.x);
-        dp[4 * i + 2 * r + 1] = prob.y * (dp[4 * i + 2 * r + 1] - d.y);
+        const float2 prob = kKeepP ? make_float2(s[4 * i + 2 * r], s[4 * i + 2 * r + 1])
+                                            : unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
+        dp[4 * i + 2 * r] = prob.x * (dp[4 * i + 2 * r] - delta_i[i].x);
+        dp[4 * i + 2 * r + 1] = prob.y * (dp[4 * i + 2 * r + 1] - delta_i[i].y);
       }
     }
     std::uint32_t dsf[kBlockM / 16][4];
     pack_a_operand<T, kBlockM>(dp, dsf);
-    // dS^T to shared memory (buffer it % 2), in the TMA box layout: keys as rows, query panels.
-    unsigned char* ds_tile = shared + Tile::kDs + (it % 2) * Tile::kDsBytes;
-#pragma unroll
-    for (int k = 0; k < kBlockM / 16; ++k)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int row = key_row0 + 8 * (j % 2), column = 16 * k + 8 * (j / 2) + 2 * t;
-        *reinterpret_cast<std::uint32_t*>(ds_tile + swizzled_offset(row, column, kBlockN)) = dsf[k][j];
-      }
-
-    // Line 18: dK_j += dS^T Q_i.
-    wgmma_fence();
+    // dS^T to shared memory (buffer it % 2) in the TMA box layout, keys as rows, query panels: one
+    // stmatrix per k16 step.
+    const std::uint32_t ds_tile = ds_tile0 + (it % 2) * Tile::kDsBytes;
 #pragma unroll
     for (int k = 0; k < kBlockM / 16; ++k) {
-      Wgmma<T, kHeadDim>::template rs<1>(dk, dsf[k], q_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+      stmatrix_x4(ds_tile + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dsf[k][0], dsf[k][1], dsf[k][2], dsf[k][3]);
     }
-    wgmma_commit();
 
-    // Line 20: this warpgroup's dQ slice = dS K_j, once both halves of dS^T are in.
+    // Line 20: this warpgroup's dQ slice = dS K_j, once both halves of dS^T are in; issued before
+    // line 18's dK_j += dS^T Q_i so that the slice is staged while dK runs.
     fence_shared_to_async_proxy();
     named_barrier_sync(kDsBarrier, 256);
     float dq[32];
@@ -342,9 +355,13 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (it % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dq), fence_registers(dk), fence_registers(dv), fence_registers(pf), fence_registers(dsf);
-    if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k) {
+      Wgmma<T, kHeadDim>::template rs<1>(dk, dsf[k], q_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and the dQ slice done; dK may still run
+    fence_registers(dq), fence_registers(dv), fence_registers(pf);
 
     // The slice to the staging buffer once the writer has read the previous one.
     mbarrier_wait(&bars.dq_empty[group], (it & 1) ^ 1);
@@ -357,6 +374,9 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     fence_shared_to_async_proxy();
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&bars.dq_full[group]);
+    wgmma_wait<0>();
+    fence_registers(dk), fence_registers(dsf);
+    if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
   }
 
   // Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j, rows past the keys and
@@ -404,7 +424,10 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
     mbarrier_init_fence();
   }
   __syncthreads();
-  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The warpgroup index through a shuffle, so the compiler knows it is the same in every lane (the
+  // consumers' matrix descriptors then stay in uniform registers).
+  const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     registers_decrease_to<Tile::kProducerRegisters>();
     if (warp == 0) produce_inputs<Tile>(p, w, shared, bars, lane);

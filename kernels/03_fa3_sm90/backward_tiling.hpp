@@ -33,8 +33,8 @@ struct BackwardTiling {
   // launch allocation (168 per thread: 65536 / 384 rounded down to a multiple of 8); a request
   // beyond it would wait forever.
   static constexpr int kLaunchRegisters = 168;
-  static constexpr int kProducerRegisters = 56;
-  static constexpr int kConsumerRegisters = 224;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * 128 * kConsumerWarpgroups <= kLaunchRegisters * kThreads,
                 "setmaxnreg stays within the launch allocation");
 
