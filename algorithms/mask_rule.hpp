@@ -23,6 +23,11 @@ struct KeyInterval {
   int low, high;
 };
 
+// Queries [low, high] that see one key (inclusive; empty when low > high).
+struct QueryInterval {
+  int low, high;
+};
+
 // A half-open range [first, last) of keys or queries; empty when first >= last.
 struct IndexRange {
   int first, last;
@@ -46,6 +51,15 @@ struct MaskRule {
     const int diagonal = row + offset;
     const int high = right < 0 ? seqlen_k - 1 : min_of(seqlen_k - 1, diagonal + right);
     const int low = left < 0 ? 0 : diagonal - left;
+    return {low, high};
+  }
+
+  // visible(row, col) as one interval per key, the transposed form (the backward's masked tiles,
+  // keys as rows): the queries [low, high] that see key `col`, clamped to the rows there are.
+  FLASHLAB_HOST_DEVICE QueryInterval col_queries(int col) const {
+    if (col >= seqlen_k) return {0, -1};
+    const int low = right < 0 ? 0 : max_of(0, col - offset - right);
+    const int high = left < 0 ? seqlen_q - 1 : min_of(seqlen_q - 1, col - offset + left);
     return {low, high};
   }
 

@@ -65,21 +65,44 @@ struct BackwardBarriers {
   Mbarrier dq_full[2], dq_empty[2];
 };
 
+// The block's key block, KV head and batch. The blocks run in chunks of Tile::kChunkPairs (KV
+// head, batch) pairs, the key blocks of a chunk slowest and from the first on: under a causal mask
+// the first key blocks see the most queries, so the longest blocks start first and the shortest
+// end the grid (longest-first), while the blocks running together still share a few pairs' Q and dO
+// in L2. Deterministic mode takes turns from the last key block down, so it starts those first.
+struct BlockPosition {
+  int key_block, head_kv, batch;
+};
+template <int kChunkPairs>
+__device__ __forceinline__ BlockPosition block_position(const BackwardParams& p) {
+  const int key_blocks = gridDim.x, pairs = gridDim.y * gridDim.z;
+  const std::int64_t pair_index = blockIdx.y + static_cast<std::int64_t>(gridDim.y) * blockIdx.z;
+  const std::int64_t linear = blockIdx.x + static_cast<std::int64_t>(key_blocks) * pair_index;
+  const std::int64_t chunk_blocks = static_cast<std::int64_t>(kChunkPairs) * key_blocks;
+  const int chunk = static_cast<int>(linear / chunk_blocks), within = static_cast<int>(linear % chunk_blocks);
+  const int chunk_pairs = min(kChunkPairs, pairs - chunk * kChunkPairs);
+  const int key_block = within / chunk_pairs, pair = chunk * kChunkPairs + within % chunk_pairs;
+  return {p.deterministic ? key_blocks - 1 - key_block : key_block, pair % static_cast<int>(gridDim.y),
+          pair / static_cast<int>(gridDim.y)};
+}
+
 // The query blocks a key block visits (FA2 Algorithm 2 with masks: only the queries that see
 // some key of the block), the same for the producer, the dQ writer and the consumers.
 struct KeyBlockWork {
   SequenceView sequence;
   MaskRule mask;
-  int key_block, key_begin, key_end;  // key_end: min(key_begin + kBlockN, seqlen_k)
-  int block_first, block_last;        // query blocks [block_first, block_last) of each query head
-  int iterations;                     // (block_last - block_first) * group_size
+  int key_block, head_kv, batch;
+  int key_begin, key_end;       // key_end: min(key_begin + kBlockN, seqlen_k)
+  int block_first, block_last;  // query blocks [block_first, block_last) of each query head
+  int iterations;               // (block_last - block_first) * group_size
 };
-template <int kBlockM, int kBlockN>
+template <class Tile>
 __device__ __forceinline__ KeyBlockWork key_block_work(const BackwardParams& p) {
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   KeyBlockWork w;
-  // Deterministic mode takes turns from the last key block down, so it starts those first.
-  w.key_block = p.deterministic ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  w.sequence = sequence_view(p, blockIdx.z);
+  const BlockPosition position = block_position<Tile::kChunkPairs>(p);
+  w.key_block = position.key_block, w.head_kv = position.head_kv, w.batch = position.batch;
+  w.sequence = sequence_view(p, w.batch);
   w.mask = mask_rule(p, w.sequence);
   w.key_begin = w.key_block * kBlockN;
   w.key_end = min(w.key_begin + kBlockN, w.sequence.seqlen_k);
@@ -101,7 +124,7 @@ struct QueryStep {
   }
 };
 __device__ __forceinline__ QueryStep first_query_step(const BackwardParams& p, const KeyBlockWork& w) {
-  return {w.block_first, static_cast<int>(blockIdx.y) * p.group_size};
+  return {w.block_first, w.head_kv * p.group_size};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -110,7 +133,7 @@ template <class Tile>
 __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared,
                                BackwardBarriers& bars, int lane) {
   constexpr int kBlockM = Tile::kBlockM;
-  const int map_batch = static_cast<int>(w.sequence.batch), head_kv = blockIdx.y;
+  const int map_batch = static_cast<int>(w.sequence.batch), head_kv = w.head_kv;
   if (lane == 0 && w.iterations > 0) {  // a block no query sees loads nothing
     tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
     mbarrier_arrive_expect_bytes(&bars.kv_full, 2 * Tile::kKVBytes);
@@ -154,7 +177,7 @@ template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
                          int lane) {
   constexpr int kBlockM = Tile::kBlockM;
-  const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, blockIdx.z);
+  const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
   auto dq_tile = [&](const QueryStep& step) {
     return p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
   };
@@ -167,7 +190,8 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
       float* tile = dq_tile(step);
       for (int slice = 0; slice < 2; ++slice) {
         mbarrier_wait(&bars.dq_full[slice], phase);
-        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes, Tile::kDqStageBytes);
+        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
+                            Tile::kDqStageBytes);
         bulk_commit();
       }
       bulk_wait_read();  // the staging slices may be rewritten
@@ -183,7 +207,7 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
     mbarrier_wait(&bars.dq_full[0], phase), mbarrier_wait(&bars.dq_full[1], phase);
     const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
     const int turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
-    int* counter = p.dq_counters + (static_cast<std::int64_t>(blockIdx.z) * p.heads_q + step.head) * p.query_blocks + step.block;
+    int* counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
     if (lane == 0) wait_for_turn(counter, turn);
     __syncwarp();
     float* tile = dq_tile(step);
@@ -286,13 +310,15 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     if (needs_mask) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int key = w.key_begin + key_row0 + 8 * r;
+        // The queries that see this key (none past the keys, none past the queries), relative to
+        // this thread's first column: two compares per score.
+        const QueryInterval seen = w.mask.col_queries(w.key_begin + key_row0 + 8 * r);
+        const int low = seen.low - query_begin - 2 * t, high = seen.high - query_begin - 2 * t;
 #pragma unroll
         for (int i = 0; i < kBlockM / 8; ++i)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int query = query_begin + 8 * i + 2 * t + e;
-            if (key >= w.key_end || query >= w.sequence.seqlen_q || !w.mask.visible(query, key)) s[4 * i + 2 * r + e] = -INFINITY;
+            if (8 * i + e < low || 8 * i + e > high) s[4 * i + 2 * r + e] = -INFINITY;
           }
       }
     }
@@ -381,8 +407,8 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
 
   // Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j, rows past the keys and
   // columns past the head dim not written.
-  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, blockIdx.y);
-  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, blockIdx.y);
+  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = key_row0 + 8 * r;
@@ -409,7 +435,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   extern __shared__ unsigned char shared_raw[];
   unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   BackwardBarriers& bars = *reinterpret_cast<BackwardBarriers*>(shared + Tile::kBarriers);
-  const KeyBlockWork w = key_block_work<Tile::kBlockM, Tile::kBlockN>(p);
+  const KeyBlockWork w = key_block_work<Tile>(p);
   if (w.key_begin >= w.sequence.seqlen_k) return;  // varlen: past this sequence's end (the whole block)
   if (threadIdx.x == 0) {
     mbarrier_init(&bars.kv_full, 1);

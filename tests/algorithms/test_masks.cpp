@@ -183,6 +183,14 @@ TEST_CASE("masks: the kernels' forms of the mask rule agree with key_visible", "
         CHECK(head.key_visible(i, j) == (j >= keys.low && j <= keys.high));
       }
     }
+    // One interval per key (the FA3 backward's masked tiles, keys as rows), keys past seqlen_k too.
+    for (int j = 0; j < seqlen_k + 3; ++j) {
+      const QueryInterval queries = rule.col_queries(j);
+      for (int i = 0; i < seqlen_q; ++i) {
+        INFO("key " << j << ", query " << i << ", interval [" << queries.low << ", " << queries.high << "]");
+        CHECK((j < seqlen_k && head.key_visible(i, j)) == (i >= queries.low && i <= queries.high));
+      }
+    }
     for (const int block : {1, 4, 5}) {
       // The queries a key block is seen by (the backward's query loop).
       for (int c0 = 0; c0 < seqlen_k; c0 += block) {
