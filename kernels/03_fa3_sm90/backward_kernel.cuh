@@ -10,9 +10,9 @@
 //     them (every query head of the group) Q_i and dO_i by TMA and LSE_i, D_i by plain loads, into
 //     a kStages ring (lines 8-9);
 //   producer warp 1: dQ: each consumer warpgroup's fp32 slice of dS K_j arrives in shared memory;
-//     the warp adds it to the fp32 accumulator in HBM with one bulk reduction
-//     (cp.reduce.async.bulk .add.f32), or, in deterministic mode, in key-block order with vector
-//     reductions after a ticket (line 21's dQ_i += dS K_j);
+//     one lane adds it to the fp32 accumulator in HBM with one bulk reduction
+//     (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order after a ticket
+//     (line 21's dQ_i += dS K_j);
 //   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
 //     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS), P^T = exp2(S^T scale log2(e) - LSE) with the
 //     mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS) while dS^T =
@@ -171,58 +171,45 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
   }
 }
 
-// Producer warp 1: adds each staged dQ slice to the accumulator (line 21). The two modes are two
-// loops, so that each fits the producers' few registers (kProducerRegisters).
+// Producer warp 1 (lane 0): adds each staged dQ slice to the accumulator with one bulk reduction
+// (line 21). Deterministic mode: query block i's key blocks add in decreasing order (the FA2
+// rung's ticket: its last visitor first), each once the one before has published its sums.
 template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
                          int lane) {
   constexpr int kBlockM = Tile::kBlockM;
+  if (lane != 0) return;
   const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
-  auto dq_tile = [&](const QueryStep& step) {
-    return p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
-  };
+  const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
   QueryStep step = first_query_step(p, w);
-  if (!p.deterministic) {
-    if (lane != 0) return;  // one thread issues the bulk reductions
-    const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
-    std::uint32_t phase = 0;
-    for (int it = 0; it < w.iterations; ++it, phase ^= 1, step.advance(w)) {
-      float* tile = dq_tile(step);
-      for (int slice = 0; slice < 2; ++slice) {
-        mbarrier_wait(&bars.dq_full[slice], phase);
-        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
-                            Tile::kDqStageBytes);
-        bulk_commit();
-      }
-      bulk_wait_read();  // the staging slices may be rewritten
-      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
-    }
-    bulk_wait_read();  // shared memory must outlive the last reduction's reads
-    return;
-  }
-  // Deterministic: query block i's key blocks add in decreasing order (the FA2 rung's ticket: its
-  // last visitor first), each after the one before has published its sums.
   for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
     const std::uint32_t phase = it & 1;
-    mbarrier_wait(&bars.dq_full[0], phase), mbarrier_wait(&bars.dq_full[1], phase);
-    const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
-    const int turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
-    int* counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
-    if (lane == 0) wait_for_turn(counter, turn);
-    __syncwarp();
-    float* tile = dq_tile(step);
-    const float4* staged = reinterpret_cast<const float4*>(shared + Tile::kDqStage);
-#pragma unroll 1
-    for (int index = lane; index < 2 * Tile::kDqSliceFloats / 4; index += 32) {
-      red_add_v4_f32(tile + 4 * index, staged[index]);
+    int* counter = nullptr;
+    int turn = 0;
+    if (p.deterministic) {
+      const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
+      turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
+      counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
+      wait_for_turn(counter, turn);
+      fence_proxy_async_global();  // the reductions below come after the sums the turn waited for
     }
-    __threadfence();
-    __syncwarp();
-    if (lane == 0) {
+    float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
+    for (int slice = 0; slice < 2; ++slice) {
+      mbarrier_wait(&bars.dq_full[slice], phase);
+      bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
+                          Tile::kDqStageBytes);
+      bulk_commit();
+    }
+    if (p.deterministic) {
+      bulk_wait();  // the sums are in memory
+      __threadfence();
       pass_turn(counter, turn + 1);
-      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
+    } else {
+      bulk_wait_read();  // the staging slices may be rewritten
     }
+    mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
   }
+  bulk_wait_read();  // shared memory must outlive the last reduction's reads
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -56,6 +56,19 @@ __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 #endif
 }
+// Orders this thread's generic-proxy accesses of global memory before its later async-proxy ones
+// (a bulk reduction after an acquire that found its turn).
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+// Waits until every committed bulk group of this thread is complete: its writes are performed.
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
 // Waits until every committed bulk group of this thread has read its shared source.
 __device__ __forceinline__ void bulk_wait_read() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
