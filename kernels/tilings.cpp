@@ -116,8 +116,8 @@ std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit) {
 std::vector<ThreadBlockWork> launch_order(const KernelTiling& tiling, const LaunchShape& shape, std::int64_t max_blocks) {
   const bool forward = tiling.direction == "forward";
   // The grid of each rung's launcher: FA1 (heads_q, batch); the FA2 and FA3 forward (query blocks,
-  // heads_q, batch), the FA3 forward's blocks walked through its tile order; the backward rungs
-  // (key blocks, heads_kv, batch).
+  // heads_q, batch); the backward rungs (key blocks, heads_kv, batch). The FA3 rung's blocks walk
+  // its tile orders (tile_order.hpp).
   const int rows = forward ? shape.seqlen_q : shape.seqlen_k, block = forward ? tiling.block_rows : tiling.block_cols;
   const std::int64_t blocks = tiling.generation == "fa1" ? 1 : (static_cast<std::int64_t>(rows) + block - 1) / block;
   const int heads = forward ? shape.heads_q : shape.heads_kv;
@@ -132,6 +132,16 @@ std::vector<ThreadBlockWork> launch_order(const KernelTiling& tiling, const Laun
     const fa3::TileOrder tiles =
         fa3::forward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv, shape.batch,
                                 shape.causal, tiling.block_rows, shape.fa3_l2_section_bytes);
+    for (int tile = 0; tile < tiles.tiles(); ++tile) {
+      const fa3::TileCoordinates c = tiles.coordinates(tile);
+      order.push_back({c.m_block, c.head, c.batch});
+    }
+    return order;
+  }
+  if (tiling.generation == "fa3") {  // the backward: its tile order too
+    const fa3::TileOrder tiles = fa3::backward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q,
+                                                          shape.heads_kv, shape.batch, shape.deterministic,
+                                                          tiling.block_cols, shape.fa3_l2_section_bytes);
     for (int tile = 0; tile < tiles.tiles(); ++tile) {
       const fa3::TileCoordinates c = tiles.coordinates(tile);
       order.push_back({c.m_block, c.head, c.batch});

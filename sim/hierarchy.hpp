@@ -49,8 +49,8 @@ struct KernelChoice {
   std::string generation = "fa2";     // "fa1", "fa2", "fa3"
   std::string direction = "forward";  // "forward", "backward"
   bool deterministic = false;         // backward: key blocks start last-first (the deterministic dQ order)
-  bool l2_sections = true;            // fa3 forward, causal: the tile order's L2 sections (false: longest
-                                      // first over every head, the order before them)
+  bool l2_sections = true;            // fa3: the tile orders' L2 sections (false: one section of every
+                                      // head: the forward's causal order before them)
   // How the caller lays out Q, K, V, O, dO and the gradients: "flash" ([batch * seqlen, heads, dim],
   // attention_api.hpp's flash_layout; the benchmark binaries Nsight Compute profiles) or "bhsd"
   // ([batch, heads, seqlen, dim], PyTorch's SDPA layout that scripts/bench_kernels.py passes; the

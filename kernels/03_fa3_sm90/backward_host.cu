@@ -79,6 +79,11 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
                {problem.heads_kv, "heads_kv"}, {problem.batch, "batch"});
   require_grid(kName, {(preprocess_threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads, "rows x heads_q"},
                {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
+  const std::int64_t key_blocks = (std::int64_t(problem.seqlen_k) + block.keys - 1) / block.keys;
+  const std::int64_t blocks = key_blocks * problem.heads_kv * problem.batch;  // the tile order counts in int
+  if (blocks > INT_MAX) {
+    refuse("batch x heads_kv x key blocks = " + std::to_string(blocks) + "; allowed: at most " + std::to_string(INT_MAX));
+  }
   require_attention_tma_tensors(problem, {{&args.q, problem.heads_q, true, "fa3_backward: q"},
                                           {&args.k, problem.heads_kv, false, "fa3_backward: k"},
                                           {&args.v, problem.heads_kv, false, "fa3_backward: v"},
@@ -123,6 +128,8 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
                          "fa3_backward: k");
   p.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block.keys,
                          "fa3_backward: v");
+  p.order = fa3::backward_tile_order(problem.seqlen_q, problem.seqlen_k, problem.head_dim, problem.heads_q, problem.heads_kv,
+                                     problem.batch, deterministic, block.keys);
   try {
     if (p.total_rows_q > 0) {
       // The dQ accumulator and the deterministic counters start at zero.

@@ -29,6 +29,7 @@
 
 #include "kernels/02_fa2_sm80/backward_kernel.cuh"
 #include "kernels/03_fa3_sm90/backward_tiling.hpp"
+#include "kernels/03_fa3_sm90/tile_order.hpp"
 #include "kernels/common/attention_params.hpp"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/conversions.cuh"
@@ -45,6 +46,7 @@ namespace flashlab::kernels::fa3 {
 // the consumers stage them (dq_slice_index).
 struct BackwardParams : fa2::BackwardParams {
   CUtensorMap q_map, k_map, v_map, do_map;  // (column, row, head, batch); varlen: one batch of packed rows
+  TileOrder order;                          // which (key block, KV head, batch) the t-th block takes
 };
 
 using namespace device;
@@ -65,25 +67,15 @@ struct BackwardBarriers {
   Mbarrier dq_full[2], dq_empty[2];
 };
 
-// The block's key block, KV head and batch. The blocks run in chunks of Tile::kChunkPairs (KV
-// head, batch) pairs, the key blocks of a chunk slowest and from the first on: under a causal mask
-// the first key blocks see the most queries, so the longest blocks start first and the shortest
-// end the grid (longest-first), while the blocks running together still share a few pairs' Q and dO
-// in L2. Deterministic mode takes turns from the last key block down, so it starts those first.
+// The block's key block, KV head and batch: the t-th block of the launch (linear index, x fastest)
+// takes the t-th of the backward's tile order (tile_order.hpp).
 struct BlockPosition {
   int key_block, head_kv, batch;
 };
-template <int kChunkPairs>
 __device__ __forceinline__ BlockPosition block_position(const BackwardParams& p) {
-  const int key_blocks = gridDim.x, pairs = gridDim.y * gridDim.z;
-  const std::int64_t pair_index = blockIdx.y + static_cast<std::int64_t>(gridDim.y) * blockIdx.z;
-  const std::int64_t linear = blockIdx.x + static_cast<std::int64_t>(key_blocks) * pair_index;
-  const std::int64_t chunk_blocks = static_cast<std::int64_t>(kChunkPairs) * key_blocks;
-  const int chunk = static_cast<int>(linear / chunk_blocks), within = static_cast<int>(linear % chunk_blocks);
-  const int chunk_pairs = min(kChunkPairs, pairs - chunk * kChunkPairs);
-  const int key_block = within / chunk_pairs, pair = chunk * kChunkPairs + within % chunk_pairs;
-  return {p.deterministic ? key_blocks - 1 - key_block : key_block, pair % static_cast<int>(gridDim.y),
-          pair / static_cast<int>(gridDim.y)};
+  const int linear = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  const TileCoordinates c = p.order.coordinates(linear);
+  return {c.m_block, c.head, c.batch};
 }
 
 // The query blocks a key block visits (FA2 Algorithm 2 with masks: only the queries that see
@@ -100,7 +92,7 @@ template <class Tile>
 __device__ __forceinline__ KeyBlockWork key_block_work(const BackwardParams& p) {
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
   KeyBlockWork w;
-  const BlockPosition position = block_position<Tile::kChunkPairs>(p);
+  const BlockPosition position = block_position(p);
   w.key_block = position.key_block, w.head_kv = position.head_kv, w.batch = position.batch;
   w.sequence = sequence_view(p, w.batch);
   w.mask = mask_rule(p, w.sequence);

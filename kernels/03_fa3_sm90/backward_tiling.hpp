@@ -24,7 +24,6 @@ struct BackwardTiling {
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   static constexpr int kWarps = kThreads / kWarpSize;
   static constexpr int kMinBlocksPerSm = 1;  // one block per SM holds the whole register file
-  static constexpr int kChunkPairs = 8;  // (KV head, batch) pairs per chunk of the block order (block_position)
   static constexpr int kStages = 2;                     // Q_i, dO_i, LSE_i, D_i of the next block load during this one
   static constexpr int kPanels = kHeadDim / 64;         // 64-column panels of the 128-byte swizzle
   static constexpr bool kDqSplitsColumns = kBlockM == 64;  // else the two slices split the rows

@@ -27,6 +27,7 @@ struct TileOrder {
   int heads_q = 1, batch = 1;
   int heaviest_first = 0;  // causal: heaviest first within each section
   int section_pairs = 1;   // (head, batch) pairs per section, >= 1
+  int ascending = 0;       // sections: blocks from the first up (the backward's key blocks)
 
   FLASHLAB_HOST_DEVICE int tiles() const { return m_blocks * heads_q * batch; }
 
@@ -38,7 +39,7 @@ struct TileOrder {
       const int section = tile / section_tiles, within = tile % section_tiles;
       const int first_pair = section * section_pairs;
       const int pairs_here = pairs - first_pair < section_pairs ? pairs - first_pair : section_pairs;
-      m_block = m_blocks - 1 - within / pairs_here;
+      m_block = ascending ? within / pairs_here : m_blocks - 1 - within / pairs_here;
       pair = first_pair + within % pairs_here;
     } else {
       m_block = tile % m_blocks;
@@ -70,6 +71,26 @@ inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, in
   order.heads_q = heads_q, order.batch = batch;
   order.heaviest_first = causal ? 1 : 0;
   order.section_pairs = l2_section_pairs(seqlen_k, head_dim, heads_q / heads_kv, kElementBytes, l2_budget_bytes, heads_q * batch);
+  return order;
+}
+
+// The order fa3_backward launches (backward_host.cu): the key blocks of every (KV head, batch)
+// pair, in sections of pairs whose Q, dO (bf16/fp16) and fp32 dQ accumulator, group_size query
+// heads each, fit `l2_budget_bytes`, the key blocks slowest within a section: from the first up
+// (under a causal mask the first key blocks see the most queries: longest first), or in
+// deterministic mode from the last down (its dQ turns go from the last key block down).
+inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
+                                     bool deterministic, int block_n, long long l2_budget_bytes = kL2SectionBytes) {
+  TileOrder order;
+  order.m_blocks = (seqlen_k + block_n - 1) / block_n;
+  order.heads_q = heads_kv, order.batch = batch;  // the pairs are (KV head, batch)
+  order.heaviest_first = 1;
+  order.ascending = deterministic ? 0 : 1;
+  const long long group_rows = static_cast<long long>(seqlen_q) * (heads_q / heads_kv);
+  // l2_section_pairs counts 2 x element_bytes per row and column (K and V); Q, dO and the fp32
+  // accumulator are 2 x element_bytes + 4.
+  const long long pair_bytes_per_element = kElementBytes + 2;
+  order.section_pairs = l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch);
   return order;
 }
 

@@ -872,7 +872,7 @@ int flashlab::cli::run(int argc, char** argv, Mode mode) {
   hardware->add_flag("--backward", hardware_command.backward, "the backward kernel (same as --direction backward)");
   hardware->add_flag("--deterministic", hardware_command.deterministic, "backward: the deterministic dQ order");
   hardware->add_flag("--no-l2-sections", hardware_command.no_l2_sections,
-                     "fa3 forward, causal: longest first over every head (the order before the L2 sections)");
+                     "fa3: one section of every head in the tile order (the forward's causal order before the L2 sections)");
   hardware->add_option("--layout", hardware_command.layout,
                        "flash ([batch * seqlen, heads, dim], the benchmark binaries'; default) or bhsd ([batch, heads, seqlen, dim], "
                        "scripts/bench_kernels.py's)");

@@ -69,7 +69,7 @@ expect_refusal "--sram with hardware" hardware --sram 64K --json "$work/out.json
 expect_refusal "allowed: heads_kv = heads_q" hardware --backward --heads 4 --heads-kv 2 --json "$work/out.json"
 expect_refusal "dtype bf16 with the fa1 kernel; allowed: fp16" hardware --kernel fa1 --dtype bf16 --json "$work/out.json"
 expect_refusal "layout 'bshd' is unknown; allowed: flash, bhsd" hardware --layout bshd --json "$work/out.json"
-expect_refusal "allowed: the fa3 forward only" hardware --kernel fa2 --no-l2-sections --json "$work/out.json"
+expect_refusal "allowed: the fa3 kernels only" hardware --kernel fa2 --no-l2-sections --json "$work/out.json"
 expect_refusal "size '12Q' is not understood" hardware --l2 12Q --json "$work/out.json"
 expect_refusal "--blocks-per-sm = '-1' is out of range" hardware --blocks-per-sm -1 --json "$work/out.json"
 expect_refusal "head_dim = 320 has no fa2 forward tiling" hardware --head-dim 320 --json "$work/out.json"

@@ -1,12 +1,15 @@
-// The FA3 forward's tile order (kernels/03_fa3_sm90/tile_order.hpp) on the CPU: every order is a
-// permutation of the (m_block, head, batch) tiles, the causal order is heaviest first inside each
-// section of (head, batch) pairs, and a section holds what the L2 budget holds.
+// The FA3 rung's tile orders (kernels/03_fa3_sm90/tile_order.hpp) on the CPU: every order is a
+// permutation of the (m_block, head, batch) tiles; the forward's causal order is heaviest first
+// inside each section of (head, batch) pairs, the backward's takes the key blocks from the first up
+// (from the last down when deterministic); a section holds what the L2 budget holds.
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "catch.hpp"
 #include "kernels/03_fa3_sm90/tile_order.hpp"
 
+using flashlab::kernels::fa3::backward_tile_order;
 using flashlab::kernels::fa3::l2_section_pairs;
 using flashlab::kernels::fa3::TileOrder;
 
@@ -20,12 +23,12 @@ int pair_of(const TileOrder& order, int tile) {
 }  // namespace
 
 TEST_CASE("fa3 tile order: every tile exactly once, in range", "[fa3_tile_order]") {
-  for (const int heaviest_first : {0, 1})
+  for (const auto& [heaviest_first, ascending] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{1, 1}})
     for (const int m_blocks : {1, 3, 16})
       for (const int heads_q : {1, 5})
         for (const int batch : {1, 3})
           for (const int section_pairs : {1, 2, 4, 7, 1000}) {
-            const TileOrder order{m_blocks, heads_q, batch, heaviest_first, section_pairs};
+            const TileOrder order{m_blocks, heads_q, batch, heaviest_first, section_pairs, ascending};
             std::set<std::tuple<int, int, int>> seen;
             for (int tile = 0; tile < order.tiles(); ++tile) {
               const auto c = order.coordinates(tile);
@@ -84,4 +87,43 @@ TEST_CASE("fa3 tile order: the largest sections of the largest launches stay in 
   CHECK(order.coordinates(last).m_block == 0);
   CHECK(order.coordinates(last).head == (1 << 7) - 1);
   CHECK(order.coordinates(last).batch == (1 << 7) - 1);
+}
+
+TEST_CASE("fa3 backward order: key blocks from the first up within each section", "[fa3_tile_order]") {
+  // The same 10 pairs and sections as above, 3 key blocks each; deterministic: from the last down.
+  for (const bool deterministic : {false, true}) {
+    TileOrder order{3, 5, 2, 1, 4, deterministic ? 0 : 1};
+    int tile = 0;
+    for (const auto& [first_pair, pairs_here] : {std::pair{0, 4}, std::pair{4, 4}, std::pair{8, 2}}) {
+      for (int step = 0; step < 3; ++step)
+        for (int i = 0; i < pairs_here; ++i, ++tile) {
+          CHECK(order.coordinates(tile).m_block == (deterministic ? 2 - step : step));
+          CHECK(pair_of(order, tile) == first_pair + i);
+        }
+    }
+    CHECK(tile == order.tiles());
+  }
+}
+
+TEST_CASE("fa3 backward order: a section holds the Q, dO and dQ accumulator the L2 budget holds",
+          "[fa3_tile_order]") {
+  // d 128, 2-byte Q and dO, fp32 accumulator: 8 bytes per element; 16 MiB budget, 16 KV heads.
+  const auto order = [](int seqlen, int heads_q, int heads_kv, bool deterministic) {
+    return backward_tile_order(seqlen, seqlen, 128, heads_q, heads_kv, 8, deterministic, 128, 16ll << 20);
+  };
+  CHECK(order(2048, 16, 16, false).section_pairs == 8);   // 2 MiB a pair
+  CHECK(order(16384, 16, 16, false).section_pairs == 1);  // 16 MiB a pair: the plain (key blocks fastest) order
+  CHECK(order(2048, 64, 16, false).section_pairs == 2);   // 4 query heads per KV head: 8 MiB a pair
+  CHECK(order(2048, 16, 16, false).m_blocks == 16);
+  CHECK(order(2048, 16, 16, false).heads_q == 16);  // the pairs are (KV head, batch)
+  CHECK(order(2048, 16, 16, false).ascending == 1);
+  CHECK(order(2048, 16, 16, true).ascending == 0);
+  // One pair a section is the plain order: key blocks fastest, then KV heads, then sequences.
+  const TileOrder plain = order(16384, 16, 16, false);
+  for (const int tile : {0, 1, 127, 128, 129, 2047, 2048, plain.tiles() - 1}) {
+    const auto c = plain.coordinates(tile);
+    CHECK(c.m_block == tile % 128);
+    CHECK(c.head == tile / 128 % 16);
+    CHECK(c.batch == tile / (128 * 16));
+  }
 }

@@ -351,7 +351,7 @@ TEST_CASE("hierarchy: bad input is refused by name", "[sim][hierarchy]") {
   refused({.generation = "fa1", .direction = "backward"}, p, "the fa1 kernel has no backward");
   refused({.generation = "fa1"}, p, "dtype bf16 with the fa1 kernel; allowed: fp16");
   refused({.generation = "fa2", .direction = "forward", .deterministic = true}, p, "allowed: backward kernels only");
-  refused({.generation = "fa2", .l2_sections = false}, p, "allowed: the fa3 forward only");
+  refused({.generation = "fa2", .l2_sections = false}, p, "allowed: the fa3 kernels only");
   refused({.generation = "fa2", .layout = "bshd"}, p, "layout 'bshd' is unknown; allowed: flash, bhsd");
   Problem gqa = p;
   gqa.heads_kv = 1;
