@@ -128,20 +128,12 @@ std::vector<ThreadBlockWork> launch_order(const KernelTiling& tiling, const Laun
   }
   std::vector<ThreadBlockWork> order;
   order.reserve(static_cast<std::size_t>(total));
-  if (tiling.generation == "fa3" && forward) {
+  if (tiling.generation == "fa3") {
     const fa3::TileOrder tiles =
-        fa3::forward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv, shape.batch,
-                                shape.causal, tiling.block_rows, shape.fa3_l2_section_bytes);
-    for (int tile = 0; tile < tiles.tiles(); ++tile) {
-      const fa3::TileCoordinates c = tiles.coordinates(tile);
-      order.push_back({c.m_block, c.head, c.batch});
-    }
-    return order;
-  }
-  if (tiling.generation == "fa3") {  // the backward: its tile order too
-    const fa3::TileOrder tiles = fa3::backward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q,
-                                                          shape.heads_kv, shape.batch, shape.deterministic,
-                                                          tiling.block_cols, shape.fa3_l2_section_bytes);
+        forward ? fa3::forward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv,
+                                          shape.batch, shape.causal, tiling.block_rows, shape.fa3_l2_section_bytes)
+                : fa3::backward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv,
+                                           shape.batch, shape.deterministic, tiling.block_cols, shape.fa3_l2_section_bytes);
     for (int tile = 0; tile < tiles.tiles(); ++tile) {
       const fa3::TileCoordinates c = tiles.coordinates(tile);
       order.push_back({c.m_block, c.head, c.batch});

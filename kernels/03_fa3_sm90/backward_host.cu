@@ -75,12 +75,12 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   const BlockShape block = block_shape(padded);
   const std::int64_t preprocess_threads =
       static_cast<std::int64_t>(problem.total_rows_q()) * problem.heads_q * fa2::kPreprocessLanesPerRow;
-  require_grid(kName, {(std::int64_t(problem.seqlen_k) + block.keys - 1) / block.keys, "key blocks"},
-               {problem.heads_kv, "heads_kv"}, {problem.batch, "batch"});
+  const std::int64_t key_blocks = (std::int64_t(problem.seqlen_k) + block.keys - 1) / block.keys;
+  require_grid(kName, {key_blocks, "key blocks"}, {problem.heads_kv, "heads_kv"}, {problem.batch, "batch"});
   require_grid(kName, {(preprocess_threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads, "rows x heads_q"},
                {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
-  const std::int64_t key_blocks = (std::int64_t(problem.seqlen_k) + block.keys - 1) / block.keys;
-  const std::int64_t blocks = key_blocks * problem.heads_kv * problem.batch;  // the tile order counts in int
+  const std::int64_t blocks =  // the tile order counts in int
+      checked_product("fa3_backward: batch x heads_kv x key blocks", key_blocks, problem.heads_kv, problem.batch);
   if (blocks > INT_MAX) {
     refuse("batch x heads_kv x key blocks = " + std::to_string(blocks) + "; allowed: at most " + std::to_string(INT_MAX));
   }

@@ -333,7 +333,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float2 prob = kKeepP ? make_float2(s[4 * i + 2 * r], s[4 * i + 2 * r + 1])
-                                            : unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
+                                   : unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
         dp[4 * i + 2 * r] = prob.x * (dp[4 * i + 2 * r] - delta_i[i].x);
         dp[4 * i + 2 * r + 1] = prob.y * (dp[4 * i + 2 * r + 1] - delta_i[i].y);
       }
