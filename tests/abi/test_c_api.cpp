@@ -408,6 +408,22 @@ TEST_CASE("C ABI: what each kernel cannot do is refused without a device", "[abi
     for (Tensor* t : {&steps.k, &steps.v}) *t = flash(t->data, 96, 2, 128);
     CHECK_ACCEPTED(steps.forward_steps(0, 0, 0));
     REQUIRE_REFUSED(steps.forward_steps(1, 0, 1), "fa3_forward_steps: steps {ping_pong 1");
+    // The FA3 backward's tile order counts blocks in int: 1024 sequences x 1024 KV heads x 2049
+    // key blocks of 128.
+    const int long_rows = 2049 * 128;
+    Call many_key_blocks;
+    many_key_blocks.generation = 3;
+    many_key_blocks.problem.batch = 1024, many_key_blocks.problem.heads_q = many_key_blocks.problem.heads_kv = 1024;
+    many_key_blocks.problem.seqlen_q = 1, many_key_blocks.problem.seqlen_k = long_rows;
+    many_key_blocks.problem.head_dim = 8;
+    for (Tensor* t : {&many_key_blocks.q, &many_key_blocks.o, &many_key_blocks.d_o, &many_key_blocks.dq}) {
+      *t = flash(t->data, 1, 1024, 8);
+    }
+    for (Tensor* t : {&many_key_blocks.k, &many_key_blocks.v, &many_key_blocks.dk, &many_key_blocks.dv}) {
+      *t = flash(t->data, long_rows, 1024, 8);
+    }
+    many_key_blocks.lse.strides[0] = 1024, many_key_blocks.lse.strides[2] = 1;
+    REQUIRE_REFUSED(many_key_blocks.backward(), "batch x heads_kv x key blocks = 2148532224");
     Call tma_stride;  // TMA strides stay below 2^40 bytes
     tma_stride.problem.batch = 1;
     tma_stride.k.strides[2] = std::int64_t{1} << 39;
