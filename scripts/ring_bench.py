@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from flashlab import distributed, ops
+from flashlab._torch_reference import materialized_attention
 
 def parse_arguments():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,16 +140,6 @@ def timed(ranks, fn, repeats):
 # ---------------------------------------------------------------------------------------------
 # Correctness
 
-def reference_attention(q, k, v, causal, dtype):
-    group = q.shape[2] // k.shape[2]
-    q, k, v = (t.to(dtype) for t in (q, k, v))
-    k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
-    if causal:
-        n = q.shape[1]
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores.float(), dim=-1).to(dtype), v)
-
 
 def with_gradients(fn, inputs, d_out):
     leaves = [t.detach().clone().requires_grad_() for t in inputs]
@@ -169,9 +160,9 @@ def check(ranks, arguments):
             length = n * ranks.world_size
             make = lambda h: torch.randn(1, length, h, d, device=ranks.device, dtype=torch.bfloat16, generator=generator)  # noqa: E731
             q, k, v, d_out = make(heads), make(heads_kv), make(heads_kv), make(heads)
-            reference, reference_grads = with_gradients(lambda a, b, c: reference_attention(a, b, c, causal, torch.float32),
+            reference, reference_grads = with_gradients(lambda a, b, c: materialized_attention(a, b, c, causal, torch.float32),
                                                         (q, k, v), d_out.float())
-            naive, naive_grads = with_gradients(lambda a, b, c: reference_attention(a, b, c, causal, torch.bfloat16),
+            naive, naive_grads = with_gradients(lambda a, b, c: materialized_attention(a, b, c, causal, torch.bfloat16),
                                                 (q, k, v), d_out)
             single, single_grads = with_gradients(lambda a, b, c: ops.flash_attn_func(a, b, c, causal=causal), (q, k, v), d_out)
             if ranks.local:

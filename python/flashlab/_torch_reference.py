@@ -109,3 +109,18 @@ def backward(d_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, softmax_scale
         dk[k_index] = dk_heads.reshape(dk_heads.shape[0], heads_kv, group, -1).sum(2)
         dv[k_index] = dv_heads.reshape(dv_heads.shape[0], heads_kv, group, -1).sum(2)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def materialized_attention(q, k, v, causal, dtype):
+    """Attention over [batch, seqlen, heads, dim] tensors computed in `dtype`, S and P materialised
+    and differentiated by autograd, the causal mask top-left aligned (equal lengths): in fp32 the
+    reference, in bf16 the baseline of the 2x / 3x rule (attention as a framework computes it).
+    The softmax itself runs in fp32 and P is rounded to `dtype`."""
+    group = q.shape[2] // k.shape[2]
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        n = q.shape[1]
+        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores.float(), dim=-1).to(dtype), v)

@@ -6,21 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from flashlab import distributed, ops  # noqa: E402
+from flashlab._torch_reference import materialized_attention  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-
-
-def attention(q, k, v, causal, dtype):
-    """Attention on the gathered sequence computed in `dtype`: fp32 is the reference (the oracle's
-    role on the GPU), bf16 as a framework computes it the baseline of the 2x / 3x rule."""
-    group = q.shape[2] // k.shape[2]
-    q, k, v = (t.to(dtype) for t in (q, k, v))
-    k, v = (t.repeat_interleave(group, dim=2) for t in (k, v))
-    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
-    if causal:
-        n = q.shape[1]
-        scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores.float(), dim=-1).to(dtype), v)
 
 
 def gradients(attention, q, k, v, d_out, causal):
@@ -40,8 +28,10 @@ def test_the_local_ring_keeps_the_rule_against_attention_on_the_gathered_tensors
     q = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(batch, world_size * n, heads_kv, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     d_out = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
-    reference, reference_grads = gradients(lambda a, b, c, m: attention(a, b, c, m, torch.float32), q, k, v, d_out.float(), causal)
-    naive, naive_grads = gradients(lambda a, b, c, m: attention(a, b, c, m, torch.bfloat16), q, k, v, d_out, causal)
+    reference, reference_grads = gradients(lambda a, b, c, m: materialized_attention(a, b, c, m, torch.float32),
+                                           q, k, v, d_out.float(), causal)
+    naive, naive_grads = gradients(lambda a, b, c, m: materialized_attention(a, b, c, m, torch.bfloat16),
+                                   q, k, v, d_out, causal)
     single, single_grads = gradients(lambda a, b, c, m: ops.flash_attn_func(a, b, c, causal=m), q, k, v, d_out, causal)
 
     shards = [[s.clone().requires_grad_() for s in distributed.shard_sequence(t, world_size, ordering)] for t in (q, k, v)]
