@@ -164,8 +164,9 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
 }
 
 // Producer warp 1 (lane 0): adds each staged dQ slice to the accumulator with one bulk reduction
-// (line 21). Deterministic mode: query block i's key blocks add in decreasing order (the FA2
-// rung's ticket: its last visitor first), each once the one before has published its sums.
+// (line 21) and frees the staging once the reduction has read it. Deterministic mode: query block
+// i's key blocks add in decreasing order (the FA2 rung's ticket: its last visitor first), each once
+// the one before has published its sums; the consumers do not wait for the sums to land.
 template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
                          int lane) {
@@ -192,14 +193,13 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
                           Tile::kDqStageBytes);
       bulk_commit();
     }
+    bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
+    mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
     if (p.deterministic) {
-      bulk_wait();  // the sums are in memory
+      bulk_wait();  // the sums are in memory (the writer's wait alone)
       __threadfence();
       pass_turn(counter, turn + 1);
-    } else {
-      bulk_wait_read();  // the staging slices may be rewritten
     }
-    mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
   }
   bulk_wait_read();  // shared memory must outlive the last reduction's reads
 }
@@ -381,6 +381,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     if (lane == 0) mbarrier_arrive(&bars.dq_full[group]);
     wgmma_wait<0>();
     fence_registers(dk), fence_registers(dsf);
+    __syncwarp();  // every lane's reads of the stage (LSE_i, D_i; Q_i, dO_i by wgmma) come before the release
     if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
   }
 
