@@ -349,8 +349,13 @@ def run(args):
                             grad_diffs[label] = gradient_difference((dq, dk, dv), reference_grads)
                             timers[label] = lambda impl=impl, generation=generation: median_ms(
                                 lambda: impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal))
-                            if generation == 3 and args.deterministic and name == "fa2":
-                                timers["fa3_deterministic"] = lambda impl=impl: median_ms(
+                            if generation == 3 and args.deterministic:  # "fa3_deterministic[@NAME]"
+                                det_label = name.replace("fa2", "fa3_deterministic", 1)
+                                for t in (dq, dk, dv):
+                                    t.fill_(float("nan"))
+                                impl.backward(3, q, k, v, o, lse, do, dq, dk, dv, causal, True)
+                                grad_diffs[det_label] = gradient_difference((dq, dk, dv), reference_grads)
+                                timers[det_label] = lambda impl=impl: median_ms(
                                     lambda: impl.backward(3, q, k, v, o, lse, do, dq, dk, dv, causal, True))
                     if fa4 is not None:
                         def fa4_backward_timer():

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Candidate changes set beside the base, from one run of scripts/bench_kernels.py with --variant
-NAME=PATH: per problem and generation (FA2, FA3), the base's TFLOP/s, each variant's speed-up over
+NAME=PATH: per problem and generation (FA2, FA3, and FA3's deterministic mode with --deterministic,
+set beside the default mode), the base's TFLOP/s, each variant's speed-up over
 it, and every build's ratio to the anchors (cuDNN and FlashAttention-4 for FA3, SDPA flash for FA2),
 all timed in the same interleaved rounds.
 
@@ -17,7 +18,8 @@ def main():
     with open(sys.argv[1]) as f:
         rows = json.load(f)["rows"]
     printed = False
-    for generation, anchors in (("fa2", ["sdpa_flash"]), ("fa3", ["sdpa_cudnn", "fa4"])):
+    for generation, anchors in (("fa2", ["sdpa_flash"]), ("fa3", ["sdpa_cudnn", "fa4"]),
+                                ("fa3_deterministic", ["fa3", "sdpa_cudnn"])):
         prefix = generation + "@"
         variants = sorted({name for r in rows for x in (r["fwd"], r["bwd"]) for name in x if name.startswith(prefix)})
         if not variants:
