@@ -11,8 +11,8 @@
 //     a kStages ring (lines 8-9);
 //   producer warp 1: dQ: each consumer warpgroup's fp32 slice of dS K_j arrives in shared memory;
 //     one lane adds it to the fp32 accumulator in HBM with one bulk reduction
-//     (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order after a ticket,
-//     warps 1 and 2 taking the query blocks in turn (line 21's dQ_i += dS K_j);
+//     (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order after a ticket
+//     (line 21's dQ_i += dS K_j);
 //   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
 //     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS), P^T = exp2(S^T scale log2(e) - LSE) with the
 //     mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS) while dS^T =
@@ -52,9 +52,8 @@ struct BackwardParams : fa2::BackwardParams {
 using namespace device;
 using namespace sm90;
 
-// Named barrier 1: both consumer warpgroups have written their half of dS^T. Named barrier 2:
-// a deterministic dQ writer has taken its step's slices (write_dq).
-constexpr int kDsBarrier = 1, kDqWriterBarrier = 2;
+// Named barrier 1: both consumer warpgroups have written their half of dS^T.
+constexpr int kDsBarrier = 1;
 
 // Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's 64 x 64 dQ slice sits in
 // the staged slice: 16 contiguous bytes per (tile, thread), consecutive threads side by side, so
@@ -164,58 +163,45 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
   }
 }
 
-// The dQ writers, producer warps 1 and 2 (lane 0 of each does the work): add each staged dQ slice
-// to the accumulator with one bulk reduction (line 21) and free the staging once the reduction has
-// read it. Atomic mode: warp 1 alone. Deterministic mode: query block i's key blocks add in
-// decreasing order (the FA2 rung's ticket: its last visitor first), each once the one before has
-// published its sums; the wait for a reduction to land keeps its writer until it passes the turn,
-// so the two warps take the query blocks in turn (even and odd steps of the walk) and one waits
-// for its sums while the other reduces the next slice.
+// Producer warp 1 (lane 0): adds each staged dQ slice to the accumulator with one bulk reduction
+// (line 21) and frees the staging once the reduction has read it. Deterministic mode: query block
+// i's key blocks add in decreasing order (the FA2 rung's ticket: its last visitor first), each once
+// the one before has published its sums; the consumers do not wait for the sums to land.
 template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
-                         int writer, int lane) {
+                         int lane) {
   constexpr int kBlockM = Tile::kBlockM;
-  const int writers = p.deterministic ? 2 : 1;
-  if (writer >= writers) return;
+  if (lane != 0) return;
   const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
   const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
-    if (it % writers != writer) continue;
+    const std::uint32_t phase = it & 1;
     int* counter = nullptr;
     int turn = 0;
-    if (p.deterministic && lane == 0) {
+    if (p.deterministic) {
       const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
       turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
       counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
       wait_for_turn(counter, turn);
       fence_proxy_async_global();  // the reductions below come after the sums the turn waited for
     }
-    // The slices' barriers are at step `it` once the other writer has taken step it - 1's (a
-    // parity wait cannot tell the two apart).
-    if (writers == 2 && it > 0) named_barrier_sync(kDqWriterBarrier, 64);
-    if (lane == 0) {
-      float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
-      for (int slice = 0; slice < 2; ++slice) {
-        mbarrier_wait(&bars.dq_full[slice], it & 1);
-        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
-                            Tile::kDqStageBytes);
-        bulk_commit();
-      }
+    float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
+    for (int slice = 0; slice < 2; ++slice) {
+      mbarrier_wait(&bars.dq_full[slice], phase);
+      bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
+                          Tile::kDqStageBytes);
+      bulk_commit();
     }
-    __syncwarp();
-    if (writers == 2 && it + 1 < w.iterations) named_barrier_arrive(kDqWriterBarrier, 64);
-    if (lane == 0) {
-      bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
-      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
-      if (p.deterministic) {
-        bulk_wait();  // the sums are in memory
-        __threadfence();
-        pass_turn(counter, turn + 1);
-      }
+    bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
+    mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
+    if (p.deterministic) {
+      bulk_wait();  // the sums are in memory (the writer's wait alone)
+      __threadfence();
+      pass_turn(counter, turn + 1);
     }
   }
-  if (lane == 0) bulk_wait_read();  // shared memory must outlive the last reduction's reads
+  bulk_wait_read();  // shared memory must outlive the last reduction's reads
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -439,7 +425,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
     }
     for (int slice = 0; slice < 2; ++slice) {
       mbarrier_init(&bars.dq_full[slice], 4);   // each warp of the slice's warpgroup
-      mbarrier_init(&bars.dq_empty[slice], 1);  // the step's dQ writer
+      mbarrier_init(&bars.dq_empty[slice], 1);  // the dQ writer
     }
     mbarrier_init_fence();
   }
@@ -451,7 +437,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   if (warpgroup == 0) {
     registers_decrease_to<Tile::kProducerRegisters>();
     if (warp == 0) produce_inputs<Tile>(p, w, shared, bars, lane);
-    if (warp == 1 || warp == 2) write_dq<Tile>(p, w, shared, bars, warp - 1, lane);
+    if (warp == 1) write_dq<Tile>(p, w, shared, bars, lane);
   } else {
     registers_increase_to<Tile::kConsumerRegisters>();
     consume<T, Tile>(p, w, shared, bars, warpgroup - 1);
