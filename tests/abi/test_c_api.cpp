@@ -424,6 +424,21 @@ TEST_CASE("C ABI: what each kernel cannot do is refused without a device", "[abi
     }
     many_key_blocks.lse.strides[0] = 1024, many_key_blocks.lse.strides[2] = 1;
     REQUIRE_REFUSED(many_key_blocks.backward(), "batch x heads_kv x key blocks = 2148532224");
+    // The forward's tile order too: one sequence of 2^24 queries x 2^15 heads, over 2^31 tiles at
+    // any block height up to 256; the rows stay within int.
+    const int long_queries = 1 << 24, heads = 1 << 15;
+    Call many_query_blocks;
+    many_query_blocks.problem.batch = 1, many_query_blocks.problem.heads_q = many_query_blocks.problem.heads_kv = heads;
+    many_query_blocks.problem.seqlen_q = long_queries, many_query_blocks.problem.seqlen_k = 1;
+    many_query_blocks.problem.head_dim = 8;
+    for (Tensor* t : {&many_query_blocks.q, &many_query_blocks.o}) {
+      *t = flash(t->data, long_queries, heads, 8);
+      t->strides[0] = 0;  // one sequence: no batch stride (TMA's strides stay below 2^39 elements)
+    }
+    for (Tensor* t : {&many_query_blocks.k, &many_query_blocks.v}) *t = flash(t->data, 1, heads, 8);
+    many_query_blocks.lse.strides[0] = std::int64_t{heads} * long_queries, many_query_blocks.lse.strides[1] = 1;
+    many_query_blocks.lse.strides[2] = long_queries;
+    REQUIRE_REFUSED(many_query_blocks.forward(3), "batch x heads_q x query blocks = ");
     Call tma_stride;  // TMA strides stay below 2^40 bytes
     tma_stride.problem.batch = 1;
     tma_stride.k.strides[2] = std::int64_t{1} << 39;
