@@ -312,7 +312,8 @@ step_compare() {
   # (`git diff` files taken at the repository root) is applied to this tree in turn, built in a build
   # folder of its own ($BUILD-variant, so the base build and its test binaries stay as they are),
   # its GPU tests run (COMPARE_CATCH: a Catch2 test spec run on its test_kernels, e.g. one test case;
-  # else COMPARE_TESTS: a ctest -R regex, default all of them) and its library kept; the patch is then
+  # else COMPARE_TESTS: a ctest -R regex, default all of them; with COMPARE_CATCH, COMPARE_RACECHECK=1
+  # also runs racecheck on its FA3 small grid) and its library kept; the patch is then
   # reverted. The benchmark times the base, every variant and a control (an unchanged copy of the
   # base library: its spread from 1.0 is the noise floor) in the same interleaved rounds (BENCH_ARGS;
   # add --backward for the backward), and scripts/compare_bench.py sets them side by side.
@@ -331,6 +332,11 @@ step_compare() {
         timeout 420 $variant_build/tests/kernels/test_kernels "$COMPARE_CATCH" >"$OUT/$name/tests.log" 2>&1 \
           || { echo "$name: GPU TESTS FAILED"; status=1; }
         echo "$name: $(grep -E "test cases|All tests passed" "$OUT/$name/tests.log" | tail -1)"
+        if [ "${COMPARE_RACECHECK:-0}" = 1 ]; then  # the variant's FA3 small grid under racecheck
+          timeout 300 compute-sanitizer --tool racecheck $variant_build/tests/kernels/test_kernels "[sanitizer_grid_sm90]" \
+            >"$OUT/$name/racecheck.log" 2>&1
+          echo "$name: racecheck $(grep -E "RACECHECK SUMMARY" "$OUT/$name/racecheck.log")"
+        fi
       else
         # The FA3 backward grid takes about 5 minutes beside the other GPU tests; a hang costs 7.
         (cd $variant_build && ctest -L gpu -R "${COMPARE_TESTS:-.}" -j4 --timeout 420) >"$OUT/$name/tests.log" 2>&1 \
