@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -367,6 +368,14 @@ void require_grid(const char* kernel_name, GridDimension x, GridDimension y, Gri
                               axis_names[axis] + "); allowed: at most " + std::to_string(limit) + " for this kernel");
     }
   }
+}
+
+int require_int_blocks(const char* kernel_name, const char* counts, std::int64_t x, std::int64_t y, std::int64_t z) {
+  const std::int64_t blocks = checked_product((std::string(kernel_name) + ": " + counts).c_str(), x, y, z);
+  if (blocks > INT_MAX) {
+    refuse(kernel_name, std::string(counts) + " = " + std::to_string(blocks) + "; allowed: at most " + std::to_string(INT_MAX));
+  }
+  return static_cast<int>(blocks);
 }
 
 void check_cuda(cudaError_t status, const char* what) {

@@ -206,6 +206,9 @@ struct GridDimension {
   const char* counts;
 };
 void require_grid(const char* kernel_name, GridDimension x, GridDimension y, GridDimension z);
+// The blocks of a launch counted in one int (the FA3 rung's tile orders index them so): x * y * z,
+// refused past INT_MAX naming the product by `counts` ("batch x heads_q x query blocks").
+int require_int_blocks(const char* kernel_name, const char* counts, std::int64_t x, std::int64_t y, std::int64_t z);
 // Throws std::runtime_error naming the kernel if a CUDA call failed (cudaGetLastError after launch).
 void check_cuda(cudaError_t status, const char* what);
 

@@ -5,12 +5,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <climits>
 #include <iterator>
 #include <stdexcept>
 #include <string>
 
-#include "algorithms/checked_math.hpp"
 #include "kernels/03_fa3_sm90/backward_kernel.cuh"
 #include "kernels/attention_api.hpp"
 #include "kernels/common/backward_workspace.hpp"
@@ -79,11 +77,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   require_grid(kName, {key_blocks, "key blocks"}, {problem.heads_kv, "heads_kv"}, {problem.batch, "batch"});
   require_grid(kName, {(preprocess_threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads, "rows x heads_q"},
                {problem.heads_q, "heads_q"}, {problem.batch, "batch"});
-  const std::int64_t blocks =  // the tile order counts in int
-      checked_product("fa3_backward: batch x heads_kv x key blocks", key_blocks, problem.heads_kv, problem.batch);
-  if (blocks > INT_MAX) {
-    refuse("batch x heads_kv x key blocks = " + std::to_string(blocks) + "; allowed: at most " + std::to_string(INT_MAX));
-  }
+  require_int_blocks(kName, "batch x heads_kv x key blocks", key_blocks, problem.heads_kv, problem.batch);
   require_attention_tma_tensors(problem, {{&args.q, problem.heads_q, true, "fa3_backward: q"},
                                           {&args.k, problem.heads_kv, false, "fa3_backward: k"},
                                           {&args.v, problem.heads_kv, false, "fa3_backward: v"},

@@ -3,12 +3,10 @@
 // from the Problem and dispatches to the instance for the padded head dim and the dtype. The
 // kernel is in forward_kernel.cuh.
 #include <algorithm>
-#include <climits>
 #include <iterator>
 #include <stdexcept>
 #include <string>
 
-#include "algorithms/checked_math.hpp"
 #include "kernels/03_fa3_sm90/forward_kernel.cuh"
 #include "kernels/attention_api.hpp"
 #include "kernels/common/constants.hpp"
@@ -63,11 +61,7 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
     block_m = fa3::ForwardTiling<kHeadDim>::kBlockM, block_n = fa3::ForwardTiling<kHeadDim>::kBlockN;
   });
   const long long m_blocks = (static_cast<long long>(problem.seqlen_q) + block_m - 1) / block_m;
-  const std::int64_t tiles =
-      checked_product("fa3_forward: batch x heads_q x query blocks", m_blocks, problem.heads_q, problem.batch);
-  if (tiles > INT_MAX) {
-    refuse("batch x heads_q x query blocks = " + std::to_string(tiles) + "; allowed: at most " + std::to_string(INT_MAX));
-  }
+  const int tiles = require_int_blocks(kName, "batch x heads_q x query blocks", m_blocks, problem.heads_q, problem.batch);
   if (!steps_instantiated(padded, problem.dtype, steps)) {
     throw std::invalid_argument(
         "fa3_forward_steps: steps {ping_pong " + std::to_string(steps.ping_pong) + ", intra_warpgroup_overlap " +
@@ -98,7 +92,7 @@ void fa3_forward_steps(const Problem& problem, const ForwardArgs& args, const Fa
   params.o_map = make_tma_map(attention_tma_tensor(args.o, problem, problem.heads_q, true), problem.dtype, 64, 64, "fa3_forward: o");
   params.order = fa3::forward_tile_order(problem.seqlen_q, problem.seqlen_k, problem.head_dim, problem.heads_q,
                                          problem.heads_kv, problem.batch, problem.mask.causal, block_m);
-  params.tiles = static_cast<int>(tiles);
+  params.tiles = tiles;
 
   // The dynamic scheduler's counter: the caller's workspace or stream-ordered memory, zeroed.
   void* workspace = args.workspace;
