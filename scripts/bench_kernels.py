@@ -336,27 +336,24 @@ def run(args):
                     reference_grads = sdpa_gradients(SDPBackend.FLASH_ATTENTION, q, k, v, do, causal)
                     grad_diffs = {"sdpa_cudnn": gradient_difference(
                         sdpa_gradients(SDPBackend.CUDNN_ATTENTION, q, k, v, do, causal), reference_grads)}
+                    def check_then_time(label, impl, generation, deterministic=False):
+                        """One run on poisoned gradients, its difference recorded; then its timer."""
+                        def run_backward():
+                            impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal, deterministic)
+                        for t in (dq, dk, dv):
+                            t.fill_(float("nan"))
+                        run_backward()
+                        grad_diffs[label] = gradient_difference((dq, dk, dv), reference_grads)
+                        timers[label] = lambda: median_ms(run_backward)
                     for name, impl in libs.items():
                         wanted = args.generations if name == "fa2" else args.variant_generations
                         generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and d <= 128 else [])
                         for generation_name, generation in generations:
                             if generation_name not in wanted:
                                 continue
-                            label = name.replace("fa2", generation_name, 1)
-                            for t in (dq, dk, dv):
-                                t.fill_(float("nan"))
-                            impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal)
-                            grad_diffs[label] = gradient_difference((dq, dk, dv), reference_grads)
-                            timers[label] = lambda impl=impl, generation=generation: median_ms(
-                                lambda: impl.backward(generation, q, k, v, o, lse, do, dq, dk, dv, causal))
+                            check_then_time(name.replace("fa2", generation_name, 1), impl, generation)
                             if generation == 3 and args.deterministic:  # "fa3_deterministic[@NAME]"
-                                det_label = name.replace("fa2", "fa3_deterministic", 1)
-                                for t in (dq, dk, dv):
-                                    t.fill_(float("nan"))
-                                impl.backward(3, q, k, v, o, lse, do, dq, dk, dv, causal, True)
-                                grad_diffs[det_label] = gradient_difference((dq, dk, dv), reference_grads)
-                                timers[det_label] = lambda impl=impl: median_ms(
-                                    lambda: impl.backward(3, q, k, v, o, lse, do, dq, dk, dv, causal, True))
+                                check_then_time(name.replace("fa2", "fa3_deterministic", 1), impl, 3, deterministic=True)
                     if fa4 is not None:
                         def fa4_backward_timer():
                             q4, k4, v4 = (t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
