@@ -263,7 +263,8 @@ step_ncu_bwd() {
   # Our backward's main kernel (NCU_BWD_GENERATION 2: the FA2 rung, 3: the Hopper rung) next to SDPA
   # flash's backward kernel on the same shape (bf16, batch 4, 2048 / d heads, seqlen 4096, d =
   # NCU_BWD_HDIM or 128, non-causal; NCU_BWD_ANCHOR=0 leaves SDPA out): Nsight Compute's full set
-  # for each, the details pages as text and the stall reasons per SASS line of ours.
+  # for each, the details pages as text and the stall reasons per SASS line of ours; NCU_BWD_FA4=1
+  # adds FlashAttention-4's backward kernels on the same shape (after the fa4 step).
   local d=${NCU_BWD_HDIM:-128} generation=${NCU_BWD_GENERATION:-2} kernel=backward_main
   [ "$generation" = 3 ] && kernel=fa3_backward_kernel
   ncu --clock-control none --kernel-name regex:$kernel --launch-skip 2 --launch-count 1 --set full \
@@ -284,6 +285,27 @@ for _ in range(4):
         F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
 torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
     ncu -i "$OUT/ncu_bwd_sdpa.ncu-rep" --page details >"$OUT/ncu_bwd_sdpa.txt" 2>&1
+  fi
+  if [ "${NCU_BWD_FA4:-0}" = 1 ]; then  # FlashAttention-4's backward kernels (the fa4 step installs it), same shape
+    sides="$sides fa4"
+    ncu --clock-control none --profile-from-start off --set full -o "$OUT/ncu_bwd_fa4" -f python3 -c "
+import sys, torch
+sys.path[:0] = ['/tmp/site', '/tmp/site/nvidia_cutlass_dsl/dsl_packages']
+from flash_attn.cute import flash_attn_func
+q, k, v = (torch.randn(4, 4096, 2048 // $d, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+do = torch.randn_like(q)
+def forward():
+    out = flash_attn_func(q, k, v, causal=False)
+    return out[0] if isinstance(out, tuple) else out
+for _ in range(3):
+    torch.autograd.grad(forward(), (q, k, v), do)
+out = forward()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+torch.autograd.grad(out, (q, k, v), do)
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()" >"$OUT/ncu_bwd_fa4.log" 2>&1
+    ncu -i "$OUT/ncu_bwd_fa4.ncu-rep" --page details >"$OUT/ncu_bwd_fa4.txt" 2>&1
   fi
   for side in $sides; do
     echo "== $side"; grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory Throughput|Warp Cycles Per Issued|Executed Ipc A|Block Size|Grid Size|Dynamic Shared" "$OUT/ncu_bwd_$side.txt" | head -24

@@ -132,6 +132,7 @@ void fa2_backward(const Problem& problem, const BackwardArgs& args) {
   p.heads_kv = problem.heads_kv;
   p.padded_head_dim = fa2::backward_padded_head_dim(problem.head_dim);
   p.total_rows_q = problem.total_rows_q();
+  p.rows_pitch = layout.rows_pitch;
   p.scale = static_cast<float>(problem.scale());
   p.deterministic = deterministic;
   p.lse_log2 = reinterpret_cast<float*>(bytes);  // LSE at offset 0

@@ -65,8 +65,9 @@ struct BackwardParams : AttentionParams {
   int query_blocks;  // ceil(seqlen_q / kBlockM): stride of the deterministic counters
   DeviceTensor d_o, dq, dk, dv;
   // Workspace.
-  float* lse_log2;       // [heads_q][total_rows_q]: LSE * log2(e), +inf for rows without keys
-  float* delta;          // [heads_q][total_rows_q]: D = rowsum(dO * O)
+  float* lse_log2;       // [heads_q][rows_pitch]: LSE * log2(e), +inf for rows without keys
+  float* delta;          // [heads_q][rows_pitch]: D = rowsum(dO * O)
+  std::int64_t rows_pitch;  // floats per head of lse_log2 and delta (>= total_rows_q)
   float* dq_accum;       // [heads_q][dq_rows][padded_head_dim], query blocks in tile order
   std::int64_t dq_rows;  // total_rows_q + kDqRowPadding * batch: each sequence's rows padded
   int* dq_counters;      // [batch][heads_q][query_blocks] (deterministic mode)
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kBackwardAuxThreads) backward_preprocess_kerne
     std::int64_t batch = 0, position = row;
     if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
     const float lse = p.lse.as<const float>()[p.lse.offset(batch, position, 0, head)];
-    const std::int64_t index = static_cast<std::int64_t>(head) * p.total_rows_q + row;
+    const std::int64_t index = head * p.rows_pitch + row;
     p.delta[index] = sum;
     // A row that sees no key has LSE = -inf; +inf here makes every P of that row exactly 0.
     p.lse_log2[index] = (lse == -INFINITY) ? INFINITY : lse * kLog2eFloat;
@@ -206,7 +207,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) bac
                                                                       p.q.row_stride, seq.seqlen_q - query_begin, p.head_dim);
     load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(shared_tile(T::kdOOffset + stage_offset), do_src,
                                                                       p.d_o.row_stride, seq.seqlen_q - query_begin, p.head_dim);
-    const std::int64_t rows = static_cast<std::int64_t>(head_q) * p.total_rows_q + seq.first_row_q + query_begin;
+    const std::int64_t rows = head_q * p.rows_pitch + seq.first_row_q + query_begin;
     for (int row = tid; row < kBlockM; row += kThreads) {
       const bool valid = query_begin + row < seq.seqlen_q;
       // Rows past the end read LSE 0 and D 0; they are masked on the boundary block.

@@ -41,7 +41,8 @@ BlockShape block_shape(int padded) {
 // The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query block.
 BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName);
+  // LSE and D rows of each head on 16 bytes: the producer loads them by TMA.
+  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName, 4);
 }
 
 #ifdef FLASHLAB_HAVE_SM90A
@@ -106,6 +107,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.heads_kv = problem.heads_kv;
   p.padded_head_dim = padded;
   p.total_rows_q = problem.total_rows_q();
+  p.rows_pitch = layout.rows_pitch;
   p.scale = static_cast<float>(problem.scale());
   p.deterministic = deterministic;
   p.query_blocks = layout.query_blocks;
@@ -126,6 +128,8 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
                                      problem.batch, deterministic, block.keys);
   try {
     if (p.total_rows_q > 0) {
+      p.lse_map = make_tma_rows_map(p.lse_log2, p.total_rows_q, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
+      p.delta_map = make_tma_rows_map(p.delta, p.total_rows_q, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
       // The dQ accumulator and the deterministic counters start at zero.
       check_cuda(cudaMemsetAsync(p.dq_accum, 0, layout.total - layout.dq_offset, stream), "fa3_backward workspace memset");
       if (problem.dtype == DType::bf16) {

@@ -7,12 +7,12 @@
 //
 // The main kernel: one block per (key block j, KV head, batch); warp specialization (Section 3.1):
 //   producer warp 0: K_j and V_j once by TMA (line 6), then for every query block i that sees
-//     them (every query head of the group) Q_i and dO_i by TMA and LSE_i, D_i by plain loads, into
-//     a kStages ring (lines 8-9);
+//     them (every query head of the group) Q_i, dO_i, LSE_i and D_i by TMA, into a kStages ring
+//     (lines 8-9);
 //   producer warp 1: dQ: each consumer warpgroup's fp32 slice of dS K_j arrives in shared memory;
 //     one lane adds it to the fp32 accumulator in HBM with one bulk reduction
-//     (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order after a ticket
-//     (line 21's dQ_i += dS K_j);
+//     (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order after a ticket,
+//     warps 1 and 2 taking the query blocks in turn (line 21's dQ_i += dS K_j);
 //   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
 //     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS), P^T = exp2(S^T scale log2(e) - LSE) with the
 //     mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS) while dS^T =
@@ -46,14 +46,18 @@ namespace flashlab::kernels::fa3 {
 // the consumers stage them (dq_slice_index).
 struct BackwardParams : fa2::BackwardParams {
   CUtensorMap q_map, k_map, v_map, do_map;  // (column, row, head, batch); varlen: one batch of packed rows
+  CUtensorMap lse_map, delta_map;           // (workspace row, head) of lse_log2 and delta
   TileOrder order;                          // which (key block, KV head, batch) the t-th block takes
 };
 
 using namespace device;
 using namespace sm90;
 
-// Named barrier 1: both consumer warpgroups have written their half of dS^T.
-constexpr int kDsBarrier = 1;
+// Named barrier 1: both consumer warpgroups have written their half of dS^T. Named barriers 2
+// and 3: a deterministic dQ writer has taken an even (odd) step's slices (write_dq). Two, because
+// a named barrier counts threads, not warps: with one, a writer's arrive and its own next sync
+// would complete it without the other writer.
+constexpr int kDsBarrier = 1, kDqWriterBarrier = 2;
 
 // Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's 64 x 64 dQ slice sits in
 // the staged slice: 16 contiguous bytes per (tile, thread), consecutive threads side by side, so
@@ -120,7 +124,7 @@ __device__ __forceinline__ QueryStep first_query_step(const BackwardParams& p, c
 }
 
 // ---------------------------------------------------------------------------------------------
-// Producer warp 0 (every lane; lane 0 issues the TMA copies).
+// Producer warp 0 (lane 0 issues the TMA copies).
 template <class Tile>
 __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared,
                                BackwardBarriers& bars, int lane) {
@@ -135,73 +139,82 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
       tma_load(shared + Tile::kV + panel * Tile::kBlockN * 128, p.v_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
     }
   }
+  if (lane != 0) return;
   float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
   RingPosition<Tile::kStages> ring;
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
     const int query_begin = step.block * kBlockM;
     mbarrier_wait(&bars.q_empty[ring.stage], ring.phase ^ 1);
-    if (lane == 0) {
-      cuda::ptx::mbarrier_expect_tx(cuda::ptx::sem_relaxed, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                    &bars.q_full[ring.stage], 2 * Tile::kQBytes);
-      const int row0 = static_cast<int>(w.sequence.position_q) + query_begin;
-      for (int panel = 0; panel < Tile::kPanels; ++panel) {
-        const int offset = ring.stage * Tile::kQBytes + panel * kBlockM * 128;
-        tma_load(shared + Tile::kQ + offset, p.q_map, panel * 64, row0, step.head, map_batch, &bars.q_full[ring.stage]);
-        tma_load(shared + Tile::kDO + offset, p.do_map, panel * 64, row0, step.head, map_batch, &bars.q_full[ring.stage]);
-      }
+    Mbarrier* full = &bars.q_full[ring.stage];
+    mbarrier_arrive_expect_bytes(full, 2 * Tile::kQBytes + 2 * kBlockM * 4);
+    const int row0 = static_cast<int>(w.sequence.position_q) + query_begin;
+    for (int panel = 0; panel < Tile::kPanels; ++panel) {
+      const int offset = ring.stage * Tile::kQBytes + panel * kBlockM * 128;
+      tma_load(shared + Tile::kQ + offset, p.q_map, panel * 64, row0, step.head, map_batch, full);
+      tma_load(shared + Tile::kDO + offset, p.do_map, panel * 64, row0, step.head, map_batch, full);
     }
-    // LSE_i (base 2) and D_i; rows past the sequence read 0 (their scores are masked to -inf).
-    const std::int64_t first = static_cast<std::int64_t>(step.head) * p.total_rows_q + w.sequence.first_row_q + query_begin;
+    // LSE_i (base 2) and D_i. Rows past the sequence read the next sequence's (finite, or +inf for
+    // a row without keys) or, past the last, zeros: their scores are masked to -inf, so P = 0.
+    const int workspace_row = static_cast<int>(w.sequence.first_row_q) + query_begin;
     float* stage_rows = rows + ring.stage * 2 * kBlockM;
-    for (int row = lane; row < kBlockM; row += 32) {
-      const bool valid = query_begin + row < w.sequence.seqlen_q;
-      stage_rows[row] = valid ? p.lse_log2[first + row] : 0.f;
-      stage_rows[kBlockM + row] = valid ? p.delta[first + row] : 0.f;
-    }
-    mbarrier_arrive(&bars.q_full[ring.stage]);  // release: the rows are visible to the waiters
+    tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
+    tma_load_rows(stage_rows + kBlockM, p.delta_map, workspace_row, step.head, full);
   }
 }
 
-// Producer warp 1 (lane 0): adds each staged dQ slice to the accumulator with one bulk reduction
-// (line 21) and frees the staging once the reduction has read it. Deterministic mode: query block
-// i's key blocks add in decreasing order (the FA2 rung's ticket: its last visitor first), each once
-// the one before has published its sums; the consumers do not wait for the sums to land.
+// The dQ writers, producer warps 1 and 2 (lane 0 of each does the work): add each staged dQ slice
+// to the accumulator with one bulk reduction (line 21) and free the staging once the reduction has
+// read it. Atomic mode: warp 1 alone. Deterministic mode: query block i's key blocks add in
+// decreasing order (the FA2 rung's ticket: its last visitor first), each once the one before has
+// published its sums; the wait for a reduction to land keeps its writer until it passes the turn,
+// so the two warps take the query blocks in turn (even and odd steps of the walk) and one waits
+// for its sums while the other reduces the next slice.
 template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
-                         int lane) {
+                         int writer, int lane) {
   constexpr int kBlockM = Tile::kBlockM;
-  if (lane != 0) return;
+  const int writers = p.deterministic ? 2 : 1;
+  if (writer >= writers) return;
   const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
   const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
-    const std::uint32_t phase = it & 1;
+    if (it % writers != writer) continue;
     int* counter = nullptr;
     int turn = 0;
-    if (p.deterministic) {
+    if (p.deterministic && lane == 0) {
       const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
       turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
       counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
       wait_for_turn(counter, turn);
       fence_proxy_async_global();  // the reductions below come after the sums the turn waited for
     }
-    float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
-    for (int slice = 0; slice < 2; ++slice) {
-      mbarrier_wait(&bars.dq_full[slice], phase);
-      bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
-                          Tile::kDqStageBytes);
-      bulk_commit();
+    // The slices' barriers are at step `it` once the other writer has taken step it - 1's (a
+    // parity wait cannot tell the two apart).
+    if (writers == 2 && it > 0) named_barrier_sync(kDqWriterBarrier + (it - 1) % 2, 64);
+    if (lane == 0) {
+      float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
+      for (int slice = 0; slice < 2; ++slice) {
+        mbarrier_wait(&bars.dq_full[slice], it & 1);
+        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
+                            Tile::kDqStageBytes);
+        bulk_commit();
+      }
     }
-    bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
-    mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
-    if (p.deterministic) {
-      bulk_wait();  // the sums are in memory (the writer's wait alone)
-      __threadfence();
-      pass_turn(counter, turn + 1);
+    __syncwarp();
+    if (writers == 2 && it + 1 < w.iterations) named_barrier_arrive(kDqWriterBarrier + it % 2, 64);
+    if (lane == 0) {
+      bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
+      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
+      if (p.deterministic) {
+        bulk_wait();  // the sums are in memory
+        __threadfence();
+        pass_turn(counter, turn + 1);
+      }
     }
   }
-  bulk_wait_read();  // shared memory must outlive the last reduction's reads
+  if (lane == 0) bulk_wait_read();  // shared memory must outlive the last reduction's reads
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -420,12 +433,12 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   if (threadIdx.x == 0) {
     mbarrier_init(&bars.kv_full, 1);
     for (int stage = 0; stage < Tile::kStages; ++stage) {
-      mbarrier_init(&bars.q_full[stage], 32);   // every lane of producer warp 0
+      mbarrier_init(&bars.q_full[stage], 1);    // producer warp 0's lane 0, with the bytes
       mbarrier_init(&bars.q_empty[stage], 8);   // each consumer warp
     }
     for (int slice = 0; slice < 2; ++slice) {
       mbarrier_init(&bars.dq_full[slice], 4);   // each warp of the slice's warpgroup
-      mbarrier_init(&bars.dq_empty[slice], 1);  // the dQ writer
+      mbarrier_init(&bars.dq_empty[slice], 1);  // the step's dQ writer
     }
     mbarrier_init_fence();
   }
@@ -437,7 +450,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   if (warpgroup == 0) {
     registers_decrease_to<Tile::kProducerRegisters>();
     if (warp == 0) produce_inputs<Tile>(p, w, shared, bars, lane);
-    if (warp == 1) write_dq<Tile>(p, w, shared, bars, lane);
+    if (warp == 1 || warp == 2) write_dq<Tile>(p, w, shared, bars, warp - 1, lane);
   } else {
     registers_increase_to<Tile::kConsumerRegisters>();
     consume<T, Tile>(p, w, shared, bars, warpgroup - 1);

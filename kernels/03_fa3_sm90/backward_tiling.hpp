@@ -49,6 +49,7 @@ struct BackwardTiling {
   static constexpr int kBarriers = kRows + kStages * 2 * kBlockM * 4;
   static constexpr int kSharedBytes = kBarriers + 256 + 1024;  // the barriers, and the base's alignment
   static_assert(kSharedBytes <= kHopperSharedBytes, "the tiles must fit a Hopper block's shared memory");
+  static_assert(kRows % 128 == 0 && kBlockM * 4 % 128 == 0, "LSE_i and D_i land by TMA on 128-byte boundaries");
 };
 
 // The padded head dims the kernel is instantiated for (one instance file each); other head dims

@@ -1,5 +1,7 @@
 // The workspace of the backward rungs (FA2 and FA3 generations), in one device allocation:
-//   LSE in base 2 and D = rowsum(dO * O), [heads_q][total_rows_q] floats each (the preprocess's);
+//   LSE in base 2 and D = rowsum(dO * O), [heads_q][rows_pitch] floats each (the preprocess's;
+//     rows_pitch: total_rows_q rounded up to rows_alignment, so that a head's rows start on 16
+//     bytes for the FA3 rung's TMA);
 //   the fp32 dQ accumulator, [heads_q][dq_rows][padded head dim], each sequence padded by
 //     dq_row_padding rows so that its last query block's tile fits;
 //   the deterministic mode's turn counters, one int per (batch, head, query block of
@@ -20,16 +22,19 @@ namespace flashlab::kernels {
 struct BackwardWorkspaceLayout {
   std::size_t delta_offset = 0, dq_offset = 0, counters_offset = 0, total = 0;  // LSE at offset 0
   std::int64_t dq_rows = 0;  // rows per head of the dQ accumulator
+  std::int64_t rows_pitch = 0;  // floats per head of LSE and D
   int query_blocks = 0;      // counters per (batch, head): ceil(seqlen_q / counter_block_rows)
 };
 
 inline BackwardWorkspaceLayout backward_workspace_layout(const Problem& problem, int padded_head_dim, int dq_row_padding,
-                                                         int counter_block_rows, bool deterministic, const char* name) {
+                                                         int counter_block_rows, bool deterministic, const char* name,
+                                                         int rows_alignment = 1) {
   using Count = CheckedInt64;
   const auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
   const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
-  const Count delta_offset = align(rows * heads * float_bytes);
-  const Count dq_offset = delta_offset + align(rows * heads * float_bytes);
+  const Count rows_pitch = (rows + rows_alignment - 1) / rows_alignment * rows_alignment;
+  const Count delta_offset = align(rows_pitch * heads * float_bytes);
+  const Count dq_offset = delta_offset + align(rows_pitch * heads * float_bytes);
   const Count dq_rows = rows + Count(dq_row_padding) * problem.batch;
   const Count counters_offset = dq_offset + align(dq_rows * heads * Count(padded_head_dim) * float_bytes);
   const Count query_blocks = (Count(problem.seqlen_q) + counter_block_rows - 1) / counter_block_rows;
@@ -42,6 +47,7 @@ inline BackwardWorkspaceLayout backward_workspace_layout(const Problem& problem,
   layout.counters_offset = checked_size(counters_offset.value(), offset.c_str());
   layout.total = checked_size(total.value(), (std::string(name) + ": workspace bytes").c_str());
   layout.dq_rows = dq_rows.value();
+  layout.rows_pitch = rows_pitch.value();
   layout.query_blocks = static_cast<int>(query_blocks.value());
   return layout;
 }

@@ -22,6 +22,14 @@ __device__ __forceinline__ void tma_load(void* shared_destination, const CUtenso
                                   coordinates, barrier);
 }
 
+// Box at (row, head) of a 2-D `map` (make_tma_rows_map) into shared memory; completes on `barrier`.
+__device__ __forceinline__ void tma_load_rows(void* shared_destination, const CUtensorMap& map, int row, int head,
+                                              Mbarrier* barrier) {
+  const std::int32_t coordinates[2] = {row, head};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, shared_destination, &map,
+                                  coordinates, barrier);
+}
+
 // Box of shared memory to (column, row, head, batch) of `map`; elements outside the tensor's
 // extent are not written. The source must be visible to the async proxy first
 // (fence_shared_to_async_proxy in every thread that wrote it, then a barrier).
