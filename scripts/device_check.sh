@@ -241,8 +241,9 @@ step_ncu_sm90() {
   done
 }
 step_sanitize_sm90() {
-  # racecheck does not see the async proxy (TMA, wgmma): memcheck and synccheck here.
-  for tool in memcheck synccheck; do
+  # memcheck, synccheck and racecheck (which sees the generic proxy's shared-memory accesses only:
+  # not TMA's writes nor wgmma's reads).
+  for tool in memcheck synccheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 3 $BUILD/tests/kernels/test_kernels "[sanitizer_grid_sm90]" \
       >"$OUT/sanitizer_sm90_$tool.log" 2>&1
     echo "compute-sanitizer $tool (FA3 grid): exit $? ($(grep -cE "ERROR|error" "$OUT/sanitizer_sm90_$tool.log") error lines)"
