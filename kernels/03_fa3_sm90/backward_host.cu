@@ -41,8 +41,7 @@ BlockShape block_shape(int padded) {
 // The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query block.
 BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  // LSE and D rows of each head on 16 bytes: the producer loads them by TMA.
-  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName, 4);
+  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName);
 }
 
 #ifdef FLASHLAB_HAVE_SM90A
@@ -128,10 +127,11 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
                                      problem.batch, deterministic, block.keys);
   try {
     if (p.total_rows_q > 0) {
-      p.lse_map = make_tma_rows_map(p.lse_log2, p.total_rows_q, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
-      p.delta_map = make_tma_rows_map(p.delta, p.total_rows_q, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
-      // The dQ accumulator and the deterministic counters start at zero.
-      check_cuda(cudaMemsetAsync(p.dq_accum, 0, layout.total - layout.dq_offset, stream), "fa3_backward workspace memset");
+      p.lse_map = make_tma_rows_map(p.lse_log2, p.rows_pitch, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
+      p.delta_map = make_tma_rows_map(p.delta, p.rows_pitch, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
+      // The whole workspace starts at zero: the dQ accumulator, the deterministic counters, and the
+      // LSE and D rows between sequences, which the boxes of a sequence's last query block read.
+      check_cuda(cudaMemsetAsync(workspace, 0, layout.total, stream), "fa3_backward workspace memset");
       if (problem.dtype == DType::bf16) {
         dispatch<__nv_bfloat16>(padded, p, stream);
       } else {

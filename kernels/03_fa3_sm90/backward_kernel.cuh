@@ -154,9 +154,10 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
       tma_load(shared + Tile::kQ + offset, p.q_map, panel * 64, row0, step.head, map_batch, full);
       tma_load(shared + Tile::kDO + offset, p.do_map, panel * 64, row0, step.head, map_batch, full);
     }
-    // LSE_i (base 2) and D_i. Rows past the sequence read the next sequence's (finite, or +inf for
-    // a row without keys) or, past the last, zeros: their scores are masked to -inf, so P = 0.
-    const int workspace_row = static_cast<int>(w.sequence.first_row_q) + query_begin;
+    // LSE_i (base 2) and D_i, from a row on 16 bytes (TMA's innermost coordinate must be). Rows
+    // past the sequence read zeros or the next sequence's (finite, or +inf for a row without keys):
+    // their scores are masked to -inf, so P = 0 and dS = 0.
+    const int workspace_row = static_cast<int>(fa2::rows_first_row(w.sequence.first_row_q, w.batch)) + query_begin;
     float* stage_rows = rows + ring.stage * 2 * kBlockM;
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
     tma_load_rows(stage_rows + kBlockM, p.delta_map, workspace_row, step.head, full);

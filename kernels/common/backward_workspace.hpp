@@ -1,7 +1,8 @@
 // The workspace of the backward rungs (FA2 and FA3 generations), in one device allocation:
-//   LSE in base 2 and D = rowsum(dO * O), [heads_q][rows_pitch] floats each (the preprocess's;
-//     rows_pitch: total_rows_q rounded up to rows_alignment, so that a head's rows start on 16
-//     bytes for the FA3 rung's TMA);
+//   LSE in base 2 and D = rowsum(dO * O), [heads_q][rows_pitch] floats each (the preprocess's),
+//     each sequence's rows starting on 16 bytes (fa2::rows_first_row: the FA3 rung loads them by
+//     TMA, whose innermost coordinate must be 16-byte aligned): rows_pitch = total_rows_q + 3 *
+//     batch rounded up to 4;
 //   the fp32 dQ accumulator, [heads_q][dq_rows][padded head dim], each sequence padded by
 //     dq_row_padding rows so that its last query block's tile fits;
 //   the deterministic mode's turn counters, one int per (batch, head, query block of
@@ -27,12 +28,11 @@ struct BackwardWorkspaceLayout {
 };
 
 inline BackwardWorkspaceLayout backward_workspace_layout(const Problem& problem, int padded_head_dim, int dq_row_padding,
-                                                         int counter_block_rows, bool deterministic, const char* name,
-                                                         int rows_alignment = 1) {
+                                                         int counter_block_rows, bool deterministic, const char* name) {
   using Count = CheckedInt64;
   const auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
   const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
-  const Count rows_pitch = (rows + rows_alignment - 1) / rows_alignment * rows_alignment;
+  const Count rows_pitch = (rows + Count(3) * problem.batch + 3) / 4 * 4;
   const Count delta_offset = align(rows_pitch * heads * float_bytes);
   const Count dq_offset = delta_offset + align(rows_pitch * heads * float_bytes);
   const Count dq_rows = rows + Count(dq_row_padding) * problem.batch;
