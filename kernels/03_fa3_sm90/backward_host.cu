@@ -127,8 +127,8 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
                                      problem.batch, deterministic, block.keys);
   try {
     if (p.total_rows_q > 0) {
-      p.lse_map = make_tma_rows_map(p.lse_log2, p.rows_pitch, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
-      p.delta_map = make_tma_rows_map(p.delta, p.rows_pitch, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
+      p.lse_map = make_tma_rows_map(p.lse_log2, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
+      p.delta_map = make_tma_rows_map(p.delta, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
       // The whole workspace starts at zero: the dQ accumulator, the deterministic counters, and the
       // LSE and D rows between sequences, which the boxes of a sequence's last query block read.
       check_cuda(cudaMemsetAsync(workspace, 0, layout.total, stream), "fa3_backward workspace memset");

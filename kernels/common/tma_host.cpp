@@ -93,14 +93,13 @@ CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, 
   return map;
 }
 
-CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows, std::int64_t rows_pitch, int heads, int box_rows,
-                              const char* name) {
-  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0 || rows_pitch % 4 != 0 || rows < 1 || rows > kMaxTmaExtent ||
-      heads < 1 || box_rows < 1 || box_rows > 256) {
+CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows_pitch, int heads, int box_rows, const char* name) {
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0 || rows_pitch % 4 != 0 || rows_pitch < 1 ||
+      rows_pitch > kMaxTmaExtent || heads < 1 || box_rows < 1 || box_rows > 256) {
     throw std::logic_error(std::string(name) + ": make_tma_rows_map needs a 16-byte aligned base, a pitch of whole 16 bytes, "
-                           "rows in [1, 2^32] and a box of at most 256 rows");
+                           "a pitch in [1, 2^32] rows and a box of at most 256 rows");
   }
-  const cuuint64_t extents[2] = {static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(heads)};
+  const cuuint64_t extents[2] = {static_cast<cuuint64_t>(rows_pitch), static_cast<cuuint64_t>(heads)};
   const cuuint64_t byte_strides[1] = {static_cast<cuuint64_t>(rows_pitch * sizeof(float))};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[2] = {1, 1};
@@ -111,7 +110,7 @@ CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows, std::int64_t
                                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw std::runtime_error(std::string(name) + ": cuTensorMapEncodeTiled failed with CUresult " +
-                             std::to_string(static_cast<int>(result)) + " (rows " + std::to_string(rows) + ", heads " +
+                             std::to_string(static_cast<int>(result)) + " (rows " + std::to_string(rows_pitch) + ", heads " +
                              std::to_string(heads) + ")");
   }
   return map;

@@ -47,10 +47,10 @@ void require_attention_tma_tensors(const Problem& problem, std::initializer_list
 CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, int box_rows, const char* name);
 
 // A 2-D tensor map over per-row floats of every head, base[row + head * rows_pitch] (the backward's
-// LSE and D), whose box is box_rows x 1 without swizzle; rows at or past `rows` read zeros. The base
-// must be 16-byte aligned and rows_pitch a multiple of 4 (std::logic_error otherwise: the workspace
-// layout guarantees both).
-CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows, std::int64_t rows_pitch, int heads, int box_rows,
-                              const char* name);
+// LSE and D), whose box is box_rows x 1 without swizzle; rows at or past rows_pitch read zeros. The
+// base must be 16-byte aligned and rows_pitch a multiple of 4 (std::logic_error otherwise: the
+// workspace layout guarantees both); a box's first row must be a multiple of 4 (TMA's innermost
+// coordinate is 16-byte aligned).
+CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows_pitch, int heads, int box_rows, const char* name);
 
 }  // namespace flashlab::kernels
