@@ -41,6 +41,7 @@
 
 #include "kernels/02_fa2_sm80/backward_tiling.hpp"
 #include "kernels/common/attention_params.hpp"
+#include "kernels/common/backward_workspace.hpp"
 #include "kernels/common/constants.hpp"
 #include "kernels/common/conversions.cuh"
 #include "kernels/common/reductions.cuh"
@@ -67,17 +68,11 @@ struct BackwardParams : AttentionParams {
   // Workspace.
   float* lse_log2;       // [heads_q][rows_pitch]: LSE * log2(e), +inf for rows without keys
   float* delta;          // [heads_q][rows_pitch]: D = rowsum(dO * O)
-  std::int64_t rows_pitch;  // floats per head of lse_log2 and delta (rows_first_row)
+  std::int64_t rows_pitch;  // floats per head of lse_log2 and delta (backward_workspace.hpp)
   float* dq_accum;       // [heads_q][dq_rows][padded_head_dim], query blocks in tile order
   std::int64_t dq_rows;  // total_rows_q + kDqRowPadding * batch: each sequence's rows padded
   int* dq_counters;      // [batch][heads_q][query_blocks] (deterministic mode)
 };
-
-// The first row of sequence b in the LSE and D workspace arrays: each sequence's rows start on 16
-// bytes (b * 3 rows of slack at most before it, so that rounding up never overlaps the one before).
-__host__ __device__ __forceinline__ std::int64_t rows_first_row(std::int64_t first_row_q, std::int64_t b) {
-  return (first_row_q + 3 * b + 3) / 4 * 4;
-}
 
 // The first row of sequence b in the dQ accumulator, whose sequences are padded by kDqRowPadding.
 __device__ __forceinline__ std::int64_t dq_first_row(const SequenceView& seq, int b) {
@@ -128,7 +123,7 @@ __global__ void __launch_bounds__(kBackwardAuxThreads) backward_preprocess_kerne
       }
       b = low, first_row = p.cu_seqlens_q[low];
     }
-    const std::int64_t index = head * p.rows_pitch + rows_first_row(first_row, b) + (row - first_row);
+    const std::int64_t index = head * p.rows_pitch + backward_rows_first_row(first_row, b) + (row - first_row);
     p.delta[index] = sum;
     // A row that sees no key has LSE = -inf; +inf here makes every P of that row exactly 0.
     p.lse_log2[index] = (lse == -INFINITY) ? INFINITY : lse * kLog2eFloat;
@@ -223,7 +218,7 @@ __global__ void __launch_bounds__(Tiling::kThreads, Tiling::kMinBlocksPerSm) bac
                                                                       p.q.row_stride, seq.seqlen_q - query_begin, p.head_dim);
     load_tile_async<Element, kHeadDim, kBlockM, kThreads, T::kStride>(shared_tile(T::kdOOffset + stage_offset), do_src,
                                                                       p.d_o.row_stride, seq.seqlen_q - query_begin, p.head_dim);
-    const std::int64_t rows = head_q * p.rows_pitch + rows_first_row(seq.first_row_q, b) + query_begin;
+    const std::int64_t rows = head_q * p.rows_pitch + backward_rows_first_row(seq.first_row_q, b) + query_begin;
     for (int row = tid; row < kBlockM; row += kThreads) {
       const bool valid = query_begin + row < seq.seqlen_q;
       // Rows past the end read LSE 0 and D 0; they are masked on the boundary block.

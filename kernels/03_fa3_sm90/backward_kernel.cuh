@@ -157,7 +157,7 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     // LSE_i (base 2) and D_i, from a row on 16 bytes (TMA's innermost coordinate must be). Rows
     // past the sequence read zeros or the next sequence's (finite, or +inf for a row without keys):
     // their scores are masked to -inf, so P = 0 and dS = 0.
-    const int workspace_row = static_cast<int>(fa2::rows_first_row(w.sequence.first_row_q, w.batch)) + query_begin;
+    const int workspace_row = static_cast<int>(backward_rows_first_row(w.sequence.first_row_q, w.batch)) + query_begin;
     float* stage_rows = rows + ring.stage * 2 * kBlockM;
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
     tma_load_rows(stage_rows + kBlockM, p.delta_map, workspace_row, step.head, full);

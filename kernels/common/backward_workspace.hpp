@@ -1,7 +1,7 @@
 // The workspace of the backward rungs (FA2 and FA3 generations), in one device allocation:
 //   LSE in base 2 and D = rowsum(dO * O), [heads_q][rows_pitch] floats each (the preprocess's),
-//     each sequence's rows starting on 16 bytes (fa2::rows_first_row: the FA3 rung loads them by
-//     TMA, whose innermost coordinate must be 16-byte aligned): rows_pitch = total_rows_q + 3 *
+//     each sequence's rows starting on 16 bytes (backward_rows_first_row: the FA3 rung loads them
+//     by TMA, whose innermost coordinate must be 16-byte aligned): rows_pitch = total_rows_q + 3 *
 //     batch rounded up to 4;
 //   the fp32 dQ accumulator, [heads_q][dq_rows][padded head dim], each sequence padded by
 //     dq_row_padding rows so that its last query block's tile fits;
@@ -16,9 +16,17 @@
 #include <string>
 
 #include "algorithms/checked_math.hpp"
+#include "algorithms/host_device.hpp"
 #include "algorithms/problem.hpp"
 
 namespace flashlab::kernels {
+
+// The first row of sequence b (first_row_q: its first packed row, or b * seqlen_q) in the LSE and
+// D arrays: on 16 bytes, with at most 3 b rows of slack before it, so that rounding up never
+// overlaps the sequence before and the last one ends within rows_pitch.
+FLASHLAB_HOST_DEVICE std::int64_t backward_rows_first_row(std::int64_t first_row_q, std::int64_t b) {
+  return (first_row_q + 3 * b + 3) / 4 * 4;
+}
 
 struct BackwardWorkspaceLayout {
   std::size_t delta_offset = 0, dq_offset = 0, counters_offset = 0, total = 0;  // LSE at offset 0
