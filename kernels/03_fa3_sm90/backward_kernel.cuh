@@ -124,13 +124,13 @@ __device__ __forceinline__ QueryStep first_query_step(const BackwardParams& p, c
 }
 
 // ---------------------------------------------------------------------------------------------
-// Producer warp 0 (lane 0 issues the TMA copies).
+// Producer warp 0, lane 0: every TMA copy.
 template <class Tile>
 __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared,
-                               BackwardBarriers& bars, int lane) {
+                               BackwardBarriers& bars) {
   constexpr int kBlockM = Tile::kBlockM;
   const int map_batch = static_cast<int>(w.sequence.batch), head_kv = w.head_kv;
-  if (lane == 0 && w.iterations > 0) {  // a block no query sees loads nothing
+  if (w.iterations > 0) {  // a block no query sees loads nothing
     tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
     mbarrier_arrive_expect_bytes(&bars.kv_full, 2 * Tile::kKVBytes);
     const int key0 = static_cast<int>(w.sequence.position_k) + w.key_begin;
@@ -139,7 +139,6 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
       tma_load(shared + Tile::kV + panel * Tile::kBlockN * 128, p.v_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
     }
   }
-  if (lane != 0) return;
   float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
   RingPosition<Tile::kStages> ring;
   QueryStep step = first_query_step(p, w);
@@ -450,7 +449,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     registers_decrease_to<Tile::kProducerRegisters>();
-    if (warp == 0) produce_inputs<Tile>(p, w, shared, bars, lane);
+    if (warp == 0 && lane == 0) produce_inputs<Tile>(p, w, shared, bars);
     if (warp == 1 || warp == 2) write_dq<Tile>(p, w, shared, bars, warp - 1, lane);
   } else {
     registers_increase_to<Tile::kConsumerRegisters>();
