@@ -246,7 +246,9 @@ step_sanitize_sm90() {
   for tool in memcheck synccheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 3 $BUILD/tests/kernels/test_kernels "[sanitizer_grid_sm90]" \
       >"$OUT/sanitizer_sm90_$tool.log" 2>&1
-    echo "compute-sanitizer $tool (FA3 grid): exit $? ($(grep -cE "ERROR|error" "$OUT/sanitizer_sm90_$tool.log") error lines)"
+    local rc=$?
+    [ $rc = 0 ] || status=1
+    echo "compute-sanitizer $tool (FA3 grid): exit $rc ($(grep -cE "ERROR|error" "$OUT/sanitizer_sm90_$tool.log") error lines)"
     tail -3 "$OUT/sanitizer_sm90_$tool.log"
     grep -m2 -A6 -E "^========= (Warning|Error)" "$OUT/sanitizer_sm90_$tool.log"
   done
