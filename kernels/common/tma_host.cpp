@@ -27,6 +27,23 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   return encode;
 }
 
+// cuTensorMapEncodeTiled over `rank` dimensions, no interleave, no OOB NaN fill (out-of-bounds
+// elements read zeros); std::runtime_error naming `name` and `shape` when the driver refuses.
+CUtensorMap encode_tiled(const char* name, const std::string& shape, CUtensorMapDataType type, cuuint32_t rank,
+                         const void* base, const cuuint64_t* extents, const cuuint64_t* byte_strides,
+                         const cuuint32_t* box, const cuuint32_t* element_strides, CUtensorMapSwizzle swizzle,
+                         CUtensorMapL2promotion promotion) {
+  CUtensorMap map{};
+  const CUresult result = encode_function()(&map, type, rank, const_cast<void*>(base), extents, byte_strides, box,
+                                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    throw std::runtime_error(std::string(name) + ": cuTensorMapEncodeTiled failed with CUresult " +
+                             std::to_string(static_cast<int>(result)) + " (" + shape + ")");
+  }
+  return map;
+}
+
 [[noreturn]] void refuse(const char* name, const std::string& message) {
   throw std::invalid_argument(std::string(name) + ": " + message);
 }
@@ -79,18 +96,11 @@ CUtensorMap make_tma_map(const TmaTensor& tensor, DType dtype, int box_columns, 
                                       positive(tensor.batch_stride)};
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_columns), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map{};
-  const CUresult result = encode_function()(
-      &map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-      const_cast<void*>(tensor.base), extents, byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    throw std::runtime_error(std::string(name) + ": cuTensorMapEncodeTiled failed with CUresult " +
-                             std::to_string(static_cast<int>(result)) + " (extents " + std::to_string(tensor.columns) +
-                             " x " + std::to_string(tensor.rows) + " x " + std::to_string(tensor.heads) + " x " +
-                             std::to_string(tensor.batches) + ")");
-  }
-  return map;
+  const std::string shape = "extents " + std::to_string(tensor.columns) + " x " + std::to_string(tensor.rows) + " x " +
+                            std::to_string(tensor.heads) + " x " + std::to_string(tensor.batches);
+  return encode_tiled(name, shape, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                      4, tensor.base, extents, byte_strides, box, element_strides, CU_TENSOR_MAP_SWIZZLE_128B,
+                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows_pitch, int heads, int box_rows, const char* name) {
@@ -103,17 +113,9 @@ CUtensorMap make_tma_rows_map(const float* base, std::int64_t rows_pitch, int he
   const cuuint64_t byte_strides[1] = {static_cast<cuuint64_t>(rows_pitch * sizeof(float))};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[2] = {1, 1};
-  CUtensorMap map{};
-  const CUresult result = encode_function()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), extents,
-                                            byte_strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                            CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    throw std::runtime_error(std::string(name) + ": cuTensorMapEncodeTiled failed with CUresult " +
-                             std::to_string(static_cast<int>(result)) + " (rows " + std::to_string(rows_pitch) + ", heads " +
-                             std::to_string(heads) + ")");
-  }
-  return map;
+  const std::string shape = "rows " + std::to_string(rows_pitch) + ", heads " + std::to_string(heads);
+  return encode_tiled(name, shape, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, extents, byte_strides, box, element_strides,
+                      CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE);
 }
 
 TmaTensor attention_tma_tensor(const DeviceTensor& tensor, const Problem& problem, int heads, bool query_side) {
