@@ -347,7 +347,7 @@ def run(args):
                         timers[label] = lambda: median_ms(run_backward)
                     for name, impl in libs.items():
                         wanted = args.generations if name == "fa2" else args.variant_generations
-                        generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and d <= 128 else [])
+                        generations = [("fa2", 2)] + ([("fa3", 3)] if impl.has_fa3 and d <= 256 else [])
                         for generation_name, generation in generations:
                             if generation_name not in wanted:
                                 continue

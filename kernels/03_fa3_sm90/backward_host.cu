@@ -64,8 +64,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   require_kernel_supported(problem, kName);
   if (problem.head_dim % kChunkElements != 0 || problem.head_dim > kMaxHeadDim) {
     refuse("head_dim = " + std::to_string(problem.head_dim) + " is not supported; allowed: multiples of " +
-           std::to_string(kChunkElements) + " up to " + std::to_string(kMaxHeadDim) +
-           " (above 128 the dK and dV accumulators of a 128-key block do not fit the registers; fa2_backward runs them)");
+           std::to_string(kChunkElements) + " up to " + std::to_string(kMaxHeadDim));
   }
   // TMA: 16-byte aligned tensors, strides in multiples of 16 bytes.
   require_backward_args(problem, args, kName, 16, kChunkElements);

@@ -16,7 +16,7 @@ flashlab::attention_backward) with autograd and fake-tensor implementations, so 
                  for fp64 gradcheck and for CPU tensors; never chosen by "auto"
 
 and the backward is the Hopper rung's backward after an "fa3" forward where it takes the head dim
-(up to 128), the FA2 backward kernel otherwise (backward_generation; the reference's own backward
+(up to 256), the FA2 backward kernel otherwise (backward_generation; the reference's own backward
 for "reference"). What a kernel refuses raises KernelRefused (a ValueError) with the kernel's own
 message, naming the input and the allowed range; nothing falls back to another kernel. Kernels run
 on the tensors' device and on torch's current stream there. LSE (return_lse=True) is fp32,
@@ -117,8 +117,8 @@ def _attention_forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, m
 
 def backward_generation(forward_generation: int, head_dim: int) -> int:
     """The backward kernel of a forward generation code: the Hopper rung's backward (3) after its
-    forward where it takes the head dim (up to 128), the FA2 backward (2) otherwise."""
-    return 3 if forward_generation == 3 and head_dim <= 128 else 2
+    forward where it takes the head dim (up to 256), the FA2 backward (2) otherwise."""
+    return 3 if forward_generation == 3 and head_dim <= 256 else 2
 
 
 @torch.library.custom_op("flashlab::attention_backward", mutates_args=())

@@ -82,7 +82,7 @@ def sdpa_reference(q, k, v, mask, scale):
 def test_the_backward_follows_the_forward_generation_where_it_can():
     # The Hopper rung's backward after its forward up to head dim 128, FA2's backward otherwise
     # (above 128, and after the fa1 and fa2 forwards).
-    assert [ops.backward_generation(3, d) for d in (8, 64, 96, 128, 136, 256)] == [3, 3, 3, 3, 2, 2]
+    assert [ops.backward_generation(3, d) for d in (8, 64, 96, 128, 136, 256, 264)] == [3, 3, 3, 3, 3, 3, 2]
     assert ops.backward_generation(2, 64) == 2 and ops.backward_generation(1, 64) == 2
 
 

@@ -1,8 +1,8 @@
 // The FA3-generation backward (kernels/03_fa3_sm90/backward_*) through the reference-test library:
 // gradients by the 3x rule against the double-precision oracle on the default grid (official odd
 // shapes, both causal alignments, windows, GQA/MQA, varlen, rows that see no key) in bf16 and fp16
-// with the atomic and the deterministic dQ, the other head dims it pads, scores in the thousands,
-// the deterministic mode bitwise repeated, and its refusals. On a device that is not compute
+// with the atomic and the deterministic dQ, the other head dims it pads, d 256's head-dim-split
+// dataflow, scores in the thousands, the deterministic mode bitwise repeated, and its refusals. On a device that is not compute
 // capability 9.0 every case must come back refused, naming the compute capability.
 #include <cuda_runtime.h>
 
@@ -63,9 +63,16 @@ TEST_CASE("FA3 backward kernel passes the default grid, bf16 and fp16", "[fa3_ba
   check_problems(reference::default_forward_grid(dtype, {64, 128, 40, 96, 104}), deterministic);
 }
 
+TEST_CASE("FA3 backward kernel: the head-dim-split dataflow (d 256 and the head dims it pads) on the default grid", "[fa3_backward]") {
+  // bf16 with the atomic dQ, fp16 with the deterministic one.
+  const bool deterministic = GENERATE(false, true);
+  const DType dtype = deterministic ? DType::fp16 : DType::bf16;
+  check_problems(reference::default_forward_grid(dtype, {256, 192, 232}), deterministic);
+}
+
 TEST_CASE("FA3 backward kernel: more key blocks and query blocks than one, GQA, every mask", "[fa3_backward]") {
   std::vector<Problem> problems;
-  for (const int head_dim : {64, 128}) {
+  for (const int head_dim : {64, 128, 256}) {
     for (const int mask : {0, 1, 2, 3}) {
       Problem p;
       p.dtype = DType::bf16, p.batch = 2, p.heads_q = 4, p.heads_kv = 1, p.seqlen_q = 700, p.seqlen_k = 650;
@@ -95,6 +102,8 @@ TEST_CASE("FA3 backward kernel: scores in the thousands stay within the rule", "
     p.dtype = DType::bf16, p.batch = 1, p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = 300, p.seqlen_k = 257;
     p.head_dim = causal ? 64 : 128, p.mask.causal = causal == 1;
     problems.push_back(p);
+    p.head_dim = 256;
+    problems.push_back(p);
   }
   check_problems(problems, false, options);
 }
@@ -102,7 +111,7 @@ TEST_CASE("FA3 backward kernel: scores in the thousands stay within the rule", "
 TEST_CASE("FA3 backward kernel: the deterministic mode is bitwise repeatable over 20 runs", "[fa3_backward]") {
   Problem problem;
   problem.dtype = DType::bf16, problem.batch = 2, problem.heads_q = 4, problem.heads_kv = 2;
-  problem.seqlen_q = 640, problem.seqlen_k = 1100, problem.head_dim = GENERATE(64, 128);
+  problem.seqlen_q = 640, problem.seqlen_k = 1100, problem.head_dim = GENERATE(64, 128, 256);
   problem.mask.causal = GENERATE(false, true);
   const auto reference_case = reference::backward_reference(problem, reference::fresh_seed());
   AttentionTensors first;
@@ -122,7 +131,7 @@ TEST_CASE("FA3 backward kernel: the deterministic mode is bitwise repeatable ove
 TEST_CASE("FA3 backward kernel refuses by name what it does not do", "[fa3_backward]") {
   Problem problem;
   problem.dtype = DType::bf16, problem.heads_q = 2, problem.heads_kv = 1, problem.seqlen_q = 64, problem.seqlen_k = 64;
-  for (const int head_dim : {192, 256, 60}) {
+  for (const int head_dim : {264, 512, 60}) {
     problem.head_dim = head_dim;
     const auto result = reference::check_backward_case(fa3_backward_on_device(false), problem);
     INFO(result.report);
@@ -135,14 +144,14 @@ TEST_CASE("FA3 backward kernel refuses by name what it does not do", "[fa3_backw
 }
 
 // A small grid for compute-sanitizer (memcheck, racecheck, synccheck): odd shapes, masks, GQA,
-// varlen, both padded head dims, both dQ modes.
+// varlen, every padded head dim, both dQ modes.
 TEST_CASE("FA3 backward kernel on a small grid (for the sanitizers)", "[sanitizer_grid_sm90]") {
   std::vector<Problem> problems;
   for (const auto& [seqlen_q, seqlen_k] : std::vector<std::pair<int, int>>{{113, 203}, {239, 1}, {128, 217}}) {
-    for (const int head_dim : {64, 128}) {
+    for (const int head_dim : {64, 128, 256}) {
       Problem p;
       p.dtype = DType::bf16, p.heads_q = 2, p.heads_kv = 1, p.seqlen_q = seqlen_q, p.seqlen_k = seqlen_k;
-      p.head_dim = head_dim, p.mask.causal = head_dim == 128;
+      p.head_dim = head_dim, p.mask.causal = head_dim != 64;
       problems.push_back(p);
     }
   }
