@@ -357,8 +357,8 @@ TEST_CASE("hierarchy: bad input is refused by name", "[sim][hierarchy]") {
   gqa.heads_kv = 1;
   refused({.generation = "fa2", .direction = "backward"}, gqa, "heads_kv = heads_q");
   Problem wide = p;
-  wide.head_dim = wide.head_dim_v = 200;
-  refused({.generation = "fa3", .direction = "backward"}, wide, "head_dim = 200 has no fa3 backward tiling");
+  wide.head_dim = wide.head_dim_v = 264;
+  refused({.generation = "fa3", .direction = "backward"}, wide, "head_dim = 264 has no fa3 backward tiling");
   Problem fp32 = p;
   fp32.dtype = DType::fp32;
   refused({.generation = "fa2"}, fp32, "dtype fp32");

@@ -1,0 +1,272 @@
+// The FA3 backward's keys-split dataflow (d 64 and 128; backward_tiling.hpp), on
+// backward_pipeline.cuh's producer:
+//   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
+//     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS), P^T = exp2(S^T scale log2(e) - LSE) with the
+//     mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS) while dS^T =
+//     P^T o (dP^T - D) is formed, dS^T to shared memory (stmatrix) for both warpgroups, then this
+//     warpgroup's dQ slice = dS K_j (SS, dS read MN-major from the transposed tile) and dK_j +=
+//     dS^T Q_i (RS), the slice staged for the dQ writer while dK runs;
+//   producer warp 1 (and 2 in deterministic mode): dQ: each consumer warpgroup's fp32 slice of
+//     dS K_j arrives in shared memory; one lane adds it to the fp32 accumulator in HBM with one
+//     bulk reduction (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order
+//     after a ticket, warps 1 and 2 taking the query blocks in turn (line 21's dQ_i += dS K_j).
+// dK_j (scaled) and dV_j leave from registers at the end (line 23).
+#pragma once
+
+#include "kernels/03_fa3_sm90/backward_pipeline.cuh"
+
+namespace flashlab::kernels::fa3 {
+
+// The dQ writers, producer warps 1 and 2 (lane 0 of each does the work): add each staged dQ slice
+// to the accumulator with one bulk reduction (line 21) and free the staging once the reduction has
+// read it. Atomic mode: warp 1 alone. Deterministic mode: query block i's key blocks add in
+// decreasing order (the FA2 rung's ticket: its last visitor first), each once the one before has
+// published its sums; the wait for a reduction to land keeps its writer until it passes the turn,
+// so the two warps take the query blocks in turn (even and odd steps of the walk) and one waits
+// for its sums while the other reduces the next slice.
+template <class Tile>
+__device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
+                         int writer, int lane) {
+  constexpr int kBlockM = Tile::kBlockM;
+  const int writers = p.deterministic ? 2 : 1;
+  if (writer >= writers) return;
+  const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
+  const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
+  QueryStep step = first_query_step(p, w);
+  for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
+    if (it % writers != writer) continue;
+    int* counter = nullptr;
+    int turn = 0;
+    if (p.deterministic && lane == 0) {
+      const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
+      turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
+      counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
+      wait_for_turn(counter, turn);
+      fence_proxy_async_global();  // the reductions below come after the sums the turn waited for
+    }
+    // The slices' barriers are at step `it` once the other writer has taken step it - 1's (a
+    // parity wait cannot tell the two apart).
+    if (writers == 2 && it > 0) named_barrier_sync(kDqWriterBarrier + (it - 1) % 2, 64);
+    if (lane == 0) {
+      float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
+      for (int slice = 0; slice < 2; ++slice) {
+        mbarrier_wait(&bars.dq_full[slice], it & 1);
+        bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
+                            Tile::kDqStageBytes);
+        bulk_commit();
+      }
+    }
+    __syncwarp();
+    if (writers == 2 && it + 1 < w.iterations) named_barrier_arrive(kDqWriterBarrier + it % 2, 64);
+    if (lane == 0) {
+      bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
+      mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
+      if (p.deterministic) {
+        bulk_wait();  // the sums are in memory
+        __threadfence();
+        pass_turn(counter, turn + 1);
+      }
+    }
+  }
+  if (lane == 0) bulk_wait_read();  // shared memory must outlive the last reduction's reads
+}
+
+template <typename T, class Tile>
+__device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
+                        int group) {
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kHeadDim = Tile::kHeadDim;
+  const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  // This thread's keys: rows key_row0 and key_row0 + 8 of the key block.
+  const int key_row0 = 64 * group + 16 * warp + g;
+  const float* rows = reinterpret_cast<const float*>(shared + Tile::kRows);
+
+  // Descriptors. S^T and dP^T: A = this warpgroup's 64 rows of K (V), K-major; B = Q_i (dO_i),
+  // K-major, kBlockM rows; k16 step k at panel k / 4, +32 bytes per step inside it.
+  const std::uint64_t k_rows = k_major_descriptor(base + Tile::kK + group * 64 * 128);
+  const std::uint64_t v_rows = k_major_descriptor(base + Tile::kV + group * 64 * 128);
+  const std::uint64_t q_k_major = k_major_descriptor(base + Tile::kQ);
+  const std::uint64_t do_k_major = k_major_descriptor(base + Tile::kDO);
+  // dV += P^T dO_i and dK += dS^T Q_i: B = dO_i (Q_i) MN-major (the head dim contiguous), k16 step
+  // of queries + 2048 bytes.
+  const std::uint64_t q_mn_major = mn_major_descriptor(base + Tile::kQ, kBlockM * 128);
+  const std::uint64_t do_mn_major = mn_major_descriptor(base + Tile::kDO, kBlockM * 128);
+  // dQ slice = dS K_j: A = dS, MN-major from the dS^T tile (keys as rows, queries contiguous):
+  // this warpgroup's 64 queries are panel `group` when the slices split the rows; B = K_j
+  // MN-major, its 64 columns panel `group` when they split the columns; k16 step of keys + 2048.
+  const int a_panel = Tile::kDqSplitsColumns ? 0 : group, b_panel = Tile::kDqSplitsColumns ? group : 0;
+  const std::uint64_t ds_mn_major = mn_major_descriptor(base + Tile::kDs + a_panel * kBlockN * 128, kBlockN * 128);
+  const std::uint64_t k_mn_major = mn_major_descriptor(base + Tile::kK + b_panel * kBlockN * 128, kBlockN * 128);
+  constexpr std::uint64_t kQStageStep = Tile::kQBytes >> 4, kDsBufferStep = Tile::kDsBytes >> 4;
+  // With 64 query rows (d 128) the registers hold S^T and dP^T together, and P^T stays in fp32
+  // until dS^T; with 128 (d 64) dP^T is issued once P^T is packed, and dS^T reads P^T back from
+  // the packed A fragments.
+  constexpr bool kScoresTogether = kBlockM == 64, kKeepP = kBlockM == 64;
+
+  float dk[kHeadDim / 2], dv[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  // stmatrix's row addresses in the dS^T tile: lanes 8j .. 8j + 7 give the rows of 8 x 8 matrix j
+  // of a k16 step (keys + 8 (j % 2), queries + 8 (j / 2): the register order of an A fragment).
+  const int ds_row = 64 * group + 16 * warp + lane % 8 + 8 * (lane / 8 % 2), ds_column = 8 * (lane / 16);
+  const std::uint32_t ds_tile0 = base + Tile::kDs;
+
+  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, 0);
+  RingPosition<Tile::kStages> ring;
+  QueryStep step = first_query_step(p, w);
+  for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
+    const int query_begin = step.block * kBlockM;
+    const std::uint64_t stage = ring.stage * kQStageStep;
+    const float* lse = rows + ring.stage * 2 * kBlockM;
+    const float* delta = lse + kBlockM;
+    mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
+
+    // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T.
+    float s[kBlockM / 2], dp[kBlockM / 2];
+    auto issue_scores = [&](float (&d)[kBlockM / 2], std::uint64_t rows_a, std::uint64_t columns_b) {
+#pragma unroll
+      for (int k = 0; k < kHeadDim / 16; ++k) {
+        const std::uint64_t a = (k / 4 * kBlockN * 128 + k % 4 * 32) >> 4, b = (k / 4 * kBlockM * 128 + k % 4 * 32) >> 4;
+        Wgmma<T, kBlockM>::template ss<0>(d, rows_a + a, columns_b + stage + b, k > 0);
+      }
+      wgmma_commit();
+    };
+    wgmma_fence();
+    issue_scores(s, k_rows, q_k_major);
+    if constexpr (kScoresTogether) issue_scores(dp, v_rows, do_k_major);
+    // LSE_i of this thread's query columns, read while the scores run.
+    float2 lse_i[kBlockM / 8];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) lse_i[i] = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
+    if constexpr (kScoresTogether) {
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_registers(s);
+
+    // Lines 12-13: P^T = exp2(S^T scale log2(e) - LSE log2(e)); keys a query must not see, keys
+    // past the sequence and queries past it are -inf (on blocks crossing an edge only).
+    const bool needs_mask = query_begin + kBlockM > w.sequence.seqlen_q || w.key_begin + kBlockN > w.sequence.seqlen_k ||
+                            !w.mask.block_full(query_begin, query_begin + kBlockM - 1, w.key_begin, w.key_begin + kBlockN);
+    if (needs_mask) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        // The queries that see this key (none past the keys, none past the queries), relative to
+        // this thread's first column: two compares per score.
+        const QueryInterval seen = w.mask.col_queries(w.key_begin + key_row0 + 8 * r);
+        const int low = seen.low - query_begin - 2 * t, high = seen.high - query_begin - 2 * t;
+#pragma unroll
+        for (int i = 0; i < kBlockM / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (8 * i + e < low || 8 * i + e > high) s[4 * i + 2 * r + e] = -INFINITY;
+          }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], p.scale_log2, -lse_i[i].x));
+        s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], p.scale_log2, -lse_i[i].y));
+      }
+    }
+    std::uint32_t pf[kBlockM / 16][4];
+    pack_a_operand<T, kBlockM>(s, pf);
+
+    // Line 12: dV_j += P^T dO_i.
+    wgmma_fence();
+    if constexpr (!kScoresTogether) issue_scores(dp, v_rows, do_k_major);
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k) {
+      Wgmma<T, kHeadDim>::template rs<1>(dv, pf[k], do_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+    }
+    wgmma_commit();
+    // D_i, read while dP^T finishes.
+    float2 delta_i[kBlockM / 8];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) delta_i[i] = *reinterpret_cast<const float2*>(delta + 8 * i + 2 * t);
+    wgmma_wait<1>();  // dP^T done; dV may still run
+    fence_registers(dp);
+
+    // Line 16: dS^T = P^T o (dP^T - D).
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float2 prob = kKeepP ? make_float2(s[4 * i + 2 * r], s[4 * i + 2 * r + 1])
+                                   : unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
+        dp[4 * i + 2 * r] = prob.x * (dp[4 * i + 2 * r] - delta_i[i].x);
+        dp[4 * i + 2 * r + 1] = prob.y * (dp[4 * i + 2 * r + 1] - delta_i[i].y);
+      }
+    }
+    std::uint32_t dsf[kBlockM / 16][4];
+    pack_a_operand<T, kBlockM>(dp, dsf);
+    // dS^T to shared memory (buffer it % 2) in the TMA box layout, keys as rows, query panels: one
+    // stmatrix per k16 step.
+    const std::uint32_t ds_tile = ds_tile0 + (it % 2) * Tile::kDsBytes;
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k) {
+      stmatrix_x4(ds_tile + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dsf[k][0], dsf[k][1], dsf[k][2], dsf[k][3]);
+    }
+
+    // Line 20: this warpgroup's dQ slice = dS K_j, once both halves of dS^T are in; issued before
+    // line 18's dK_j += dS^T Q_i so that the slice is staged while dK runs.
+    fence_shared_to_async_proxy();
+    named_barrier_sync(kDsBarrier, 256);
+    float dq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kBlockN / 16; ++k) {
+      const std::uint64_t step16 = (k * 16 * 128) >> 4;
+      Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (it % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int k = 0; k < kBlockM / 16; ++k) {
+      Wgmma<T, kHeadDim>::template rs<1>(dk, dsf[k], q_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // dV and the dQ slice done; dK may still run
+    fence_registers(dq), fence_registers(dv), fence_registers(pf);
+
+    // The slice to the staging buffer once the writer has read the previous one.
+    mbarrier_wait(&bars.dq_empty[group], (it & 1) ^ 1);
+    float* staged = reinterpret_cast<float*>(shared + Tile::kDqStage + group * Tile::kDqStageBytes);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      *reinterpret_cast<float4*>(staged + dq_slice_index(i, thread, 0)) =
+          make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+    }
+    fence_shared_to_async_proxy();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&bars.dq_full[group]);
+    wgmma_wait<0>();
+    fence_registers(dk), fence_registers(dsf);
+    __syncwarp();  // every lane's reads of the stage (LSE_i, D_i; Q_i, dO_i by wgmma) come before the release
+    if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
+  }
+
+  // Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j, rows past the keys and
+  // columns past the head dim not written.
+  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = key_row0 + 8 * r;
+    if (w.key_begin + row >= w.key_end) continue;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 8; ++i) {
+      const int column = 8 * i + 2 * t;
+      if (column >= p.head_dim) continue;
+      *reinterpret_cast<std::uint32_t*>(dk_out + row * p.dk.row_stride + column) =
+          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
+          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace flashlab::kernels::fa3
