@@ -267,7 +267,8 @@ step_ncu_bwd() {
   # flash's backward kernel on the same shape (bf16, batch 4, 2048 / d heads, seqlen 4096, d =
   # NCU_BWD_HDIM or 128, non-causal; NCU_BWD_ANCHOR=0 leaves SDPA out): Nsight Compute's full set
   # for each, the details pages as text and the stall reasons per SASS line of ours; NCU_BWD_FA4=1
-  # adds FlashAttention-4's backward kernels on the same shape (after the fa4 step).
+  # adds FlashAttention-4's backward kernels on the same shape (after the fa4 step). Then every
+  # side's raw page and its main kernel's stall reasons side by side (scripts/ncu_stalls.py).
   local d=${NCU_BWD_HDIM:-128} generation=${NCU_BWD_GENERATION:-2} kernel=backward_main
   [ "$generation" = 3 ] && kernel=fa3_backward_kernel
   ncu --clock-control none --kernel-name regex:$kernel --launch-skip 2 --launch-count 1 --set full \
@@ -310,9 +311,14 @@ torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStop()" >"$OUT/ncu_bwd_fa4.log" 2>&1
     ncu -i "$OUT/ncu_bwd_fa4.ncu-rep" --page details >"$OUT/ncu_bwd_fa4.txt" 2>&1
   fi
+  local stall_reports=()
   for side in $sides; do
     echo "== $side"; grep -E "^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory Throughput|Warp Cycles Per Issued|Executed Ipc A|Block Size|Grid Size|Dynamic Shared" "$OUT/ncu_bwd_$side.txt" | head -24
+    ncu -i "$OUT/ncu_bwd_$side.ncu-rep" --page raw --csv >"$OUT/ncu_bwd_${side}_raw.csv" 2>&1
+    stall_reports+=("$side=$OUT/ncu_bwd_${side}_raw.csv")
   done
+  # Each side's longest kernel: its issued instructions and why its warps wait, reason by reason.
+  python3 scripts/ncu_stalls.py "${stall_reports[@]}" | tee "$OUT/ncu_bwd_stalls.md"
 }
 step_variants() {
   # Libraries of candidate changes, kept for a later call on the same machine (its benchmark takes
