@@ -88,12 +88,7 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
     // Lines 11 and 14: S = Q_i K_j^T and dP = dO_i V_j^T, this warpgroup's keys.
     float s[kKeys / 2], dp[kKeys / 2];
     auto issue_scores = [&](float (&d)[kKeys / 2], std::uint64_t rows_a, std::uint64_t keys_b) {
-#pragma unroll
-      for (int k = 0; k < kHeadDim / 16; ++k) {
-        const std::uint64_t a = (k / 4 * kBlockM * 128 + k % 4 * 32) >> 4, b = (k / 4 * kBlockN * 128 + k % 4 * 32) >> 4;
-        Wgmma<T, kKeys>::template ss<0>(d, rows_a + stage + a, keys_b + b, k > 0);
-      }
-      wgmma_commit();
+      scores_over_head_dim<T, kKeys, kHeadDim, kBlockM, kBlockN>(d, rows_a + stage, keys_b);
     };
     wgmma_fence();
     issue_scores(s, q_k_major, k_keys);
@@ -197,24 +192,7 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
     if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);
   }
 
-  // Line 23: dK_j (times the softmax scale) and dV_j, this warpgroup's columns; rows past the
-  // keys and columns past the head dim not written.
-  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (w.key_begin + row >= w.key_end) continue;
-#pragma unroll
-    for (int i = 0; i < kColumns / 8; ++i) {
-      const int column = kColumns * group + 8 * i + 2 * t;
-      if (column >= p.head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dk_out + row * p.dk.row_stride + column) =
-          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
-          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
-    }
-  }
+  store_dk_dv<T, kColumns>(p, w, dk, dv, row0, kColumns * group, t);  // line 23: this warpgroup's columns
 }
 
 }  // namespace flashlab::kernels::fa3

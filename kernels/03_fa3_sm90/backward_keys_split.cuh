@@ -125,12 +125,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T.
     float s[kBlockM / 2], dp[kBlockM / 2];
     auto issue_scores = [&](float (&d)[kBlockM / 2], std::uint64_t rows_a, std::uint64_t columns_b) {
-#pragma unroll
-      for (int k = 0; k < kHeadDim / 16; ++k) {
-        const std::uint64_t a = (k / 4 * kBlockN * 128 + k % 4 * 32) >> 4, b = (k / 4 * kBlockM * 128 + k % 4 * 32) >> 4;
-        Wgmma<T, kBlockM>::template ss<0>(d, rows_a + a, columns_b + stage + b, k > 0);
-      }
-      wgmma_commit();
+      scores_over_head_dim<T, kBlockM, kHeadDim, kBlockN, kBlockM>(d, rows_a, columns_b + stage);
     };
     wgmma_fence();
     issue_scores(s, k_rows, q_k_major);
@@ -249,24 +244,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
   }
 
-  // Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j, rows past the keys and
-  // columns past the head dim not written.
-  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = key_row0 + 8 * r;
-    if (w.key_begin + row >= w.key_end) continue;
-#pragma unroll
-    for (int i = 0; i < kHeadDim / 8; ++i) {
-      const int column = 8 * i + 2 * t;
-      if (column >= p.head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dk_out + row * p.dk.row_stride + column) =
-          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
-          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
-    }
-  }
+  store_dk_dv<T, kHeadDim>(p, w, dk, dv, key_row0, 0, t);  // line 23
 }
 
 }  // namespace flashlab::kernels::fa3

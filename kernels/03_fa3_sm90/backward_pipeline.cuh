@@ -109,6 +109,43 @@ __device__ __forceinline__ QueryStep first_query_step(const BackwardParams& p, c
   return {w.block_first, w.head_kv * p.group_size};
 }
 
+// d = A B^T over the head dim (lines 11 and 14), one commit group: A (kRowsA rows) and B (kRowsB
+// rows) K-major in 64-column panels of the 128-byte swizzle; k16 step k at panel k / 4, +32 bytes
+// per step inside it.
+template <typename T, int N, int kHeadDim, int kRowsA, int kRowsB>
+__device__ __forceinline__ void scores_over_head_dim(float (&d)[N / 2], std::uint64_t a, std::uint64_t b) {
+#pragma unroll
+  for (int k = 0; k < kHeadDim / 16; ++k) {
+    const std::uint64_t a_step = (k / 4 * kRowsA * 128 + k % 4 * 32) >> 4, b_step = (k / 4 * kRowsB * 128 + k % 4 * 32) >> 4;
+    Wgmma<T, N>::template ss<0>(d, a + a_step, b + b_step, k > 0);
+  }
+  wgmma_commit();
+}
+
+// Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j from a thread's accumulators
+// of kColumns columns from column0 (rows key_row0 and key_row0 + 8 of the key block); rows past
+// the keys and columns past the head dim are not written.
+template <typename T, int kColumns>
+__device__ __forceinline__ void store_dk_dv(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
+                                            const float (&dv)[kColumns / 2], int key_row0, int column0, int t) {
+  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = key_row0 + 8 * r;
+    if (w.key_begin + row >= w.key_end) continue;
+#pragma unroll
+    for (int i = 0; i < kColumns / 8; ++i) {
+      const int column = column0 + 8 * i + 2 * t;
+      if (column >= p.head_dim) continue;
+      *reinterpret_cast<std::uint32_t*>(dk_out + row * p.dk.row_stride + column) =
+          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
+          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Producer warp 0, lane 0: every TMA copy.
 template <class Tile>
