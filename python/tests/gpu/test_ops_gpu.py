@@ -52,17 +52,24 @@ def test_backward_kernel_passes_the_3x_rule_on_the_default_grid(dtype):
     assert_grid(result, minimum_passed=22)
 
 
-def test_deterministic_backward_passes_and_repeats_bitwise():
-    grid = [p for p in testing.default_grid("bf16", (64, 128)) if p.seqlen_q * p.seqlen_k <= 512 * 256]
-    result = testing.check(testing.flashlab_ops("fa2", deterministic=True), grid, device="cuda", backward=True)
+@pytest.mark.parametrize("generation", ["fa2", "fa3"])
+def test_deterministic_backward_passes_and_repeats_bitwise(generation):
+    """The deterministic backward after each forward (fa3: the Hopper backward, d 256 included)."""
+    if generation not in generations():
+        pytest.skip(f"{generation} does not run here")
+    head_dims = (64, 128) if generation == "fa2" else (64, 128, 256)
+    grid = [p for p in testing.default_grid("bf16", head_dims) if p.seqlen_q * p.seqlen_k <= 512 * 256]
+    result = testing.check(testing.flashlab_ops(generation, deterministic=True), grid, device="cuda", backward=True)
     assert_grid(result, minimum_passed=10)
-    q, k, v = (torch.randn(2, 301, heads, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for heads in (4, 2, 2))
-    d_out = torch.randn(2, 301, 4, 64, device="cuda", dtype=torch.bfloat16)
-    runs = [torch.autograd.grad(ops.flash_attn_func(q, k, v, causal=True, deterministic=True), (q, k, v), d_out)
-            for _ in range(3)]
-    for later in runs[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(runs[0], later))
+    for head_dim in head_dims[::2]:
+        q, k, v = (torch.randn(2, 301, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for heads in (4, 2, 2))
+        d_out = torch.randn(2, 301, 4, head_dim, device="cuda", dtype=torch.bfloat16)
+        runs = [torch.autograd.grad(ops.flash_attn_func(q, k, v, causal=True, deterministic=True, generation=generation),
+                                    (q, k, v), d_out)
+                for _ in range(3)]
+        for later in runs[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(runs[0], later)), f"{generation} d {head_dim}"
 
 
 def test_fa1_forward_passes_where_it_runs():
