@@ -17,17 +17,14 @@ namespace flashlab::kernels::fa3 {
 // until all eight consumer warps have added and fenced their sums (dq_added), and passes the turn.
 template <class Tile>
 __device__ void order_dq_additions(const BackwardParams& p, const KeyBlockWork& w, BackwardBarriers& bars) {
-  constexpr int kBlockM = Tile::kBlockM;
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
-    const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
-    const int turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
-    int* counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
-    wait_for_turn(counter, turn);
+    const DqTurn turn = dq_turn<Tile>(p, w, step);
+    wait_for_turn(turn.counter, turn.turn);
     mbarrier_arrive(&bars.dq_turn);
     mbarrier_wait(&bars.dq_added, it & 1);
     __threadfence();
-    pass_turn(counter, turn + 1);
+    pass_turn(turn.counter, turn.turn + 1);
   }
 }
 

@@ -35,13 +35,10 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
     if (it % writers != writer) continue;
-    int* counter = nullptr;
-    int turn = 0;
+    DqTurn turn{nullptr, 0};
     if (p.deterministic && lane == 0) {
-      const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * kBlockM) - 1;
-      turn = (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block;
-      counter = p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block;
-      wait_for_turn(counter, turn);
+      turn = dq_turn<Tile>(p, w, step);
+      wait_for_turn(turn.counter, turn.turn);
       fence_proxy_async_global();  // the reductions below come after the sums the turn waited for
     }
     // The slices' barriers are at step `it` once the other writer has taken step it - 1's (a
@@ -64,7 +61,7 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
       if (p.deterministic) {
         bulk_wait();  // the sums are in memory
         __threadfence();
-        pass_turn(counter, turn + 1);
+        pass_turn(turn.counter, turn.turn + 1);
       }
     }
   }

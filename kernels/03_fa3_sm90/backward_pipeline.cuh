@@ -109,6 +109,20 @@ __device__ __forceinline__ QueryStep first_query_step(const BackwardParams& p, c
   return {w.block_first, w.head_kv * p.group_size};
 }
 
+// The deterministic dQ's turn (the FA2 rung's ticket): query block `step` of a query head counts
+// its visitors in `counter`, and the key blocks add in decreasing order, so this block's turn is
+// the number of key blocks after it that the block's last query sees.
+struct DqTurn {
+  int* counter;
+  int turn;
+};
+template <class Tile>
+__device__ __forceinline__ DqTurn dq_turn(const BackwardParams& p, const KeyBlockWork& w, const QueryStep& step) {
+  const int row_last = min(w.sequence.seqlen_q, (step.block + 1) * Tile::kBlockM) - 1;
+  return {p.dq_counters + (static_cast<std::int64_t>(w.batch) * p.heads_q + step.head) * p.query_blocks + step.block,
+          (w.mask.last_key(row_last) - 1) / Tile::kBlockN - w.key_block};
+}
+
 // d = A B^T over the head dim (lines 11 and 14), one commit group: A (kRowsA rows) and B (kRowsB
 // rows) K-major in 64-column panels of the 128-byte swizzle; k16 step k at panel k / 4, +32 bytes
 // per step inside it.
