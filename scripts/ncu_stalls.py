@@ -76,6 +76,9 @@ def main(argv=None):
     parser.add_argument("--kernel", default=".", help="regex the kernel's name must match (default: any)")
     parser.add_argument("--top", type=int, default=12, help="how many reasons to print (default 12)")
     args = parser.parse_args(argv)
+    if args.top < 1:
+        print(f"ncu_stalls: --top = {args.top}; allowed: 1 or more", file=sys.stderr)
+        return 2
     kernels = {}
     for report in args.reports:
         name, separator, path = report.partition("=")
@@ -87,9 +90,6 @@ def main(argv=None):
         except (OSError, ValueError) as error:
             print(f"ncu_stalls: {error}", file=sys.stderr)
             return 2
-    if args.top < 1:
-        print(f"ncu_stalls: --top = {args.top}; allowed: 1 or more", file=sys.stderr)
-        return 2
     print(table(kernels, args.top))
     return 0
 

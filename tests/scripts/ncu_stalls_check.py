@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""scripts/ncu_stalls.py on hand-written raw pages in Nsight Compute's CSV shape: the longest
+kernel of each report, its stall reasons side by side in the first report's order, and every
+refusal (exit 2, one line on stderr, no table)."""
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "ncu_stalls.py"
+HEADER = ('"ID","Process ID","Kernel Name","gpu__time_duration.sum","smsp__inst_issued.sum",'
+          '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
+          '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"\n'
+          '"","","","nsecond","inst","ratio","ratio"\n')
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+
+
+def expect_refusal(result, text):
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], result.stderr
+
+
+def main():
+    with tempfile.TemporaryDirectory() as folder:
+        ours, theirs, empty = (pathlib.Path(folder) / name for name in ("ours.csv", "theirs.csv", "empty.csv"))
+        ours.write_text(HEADER + '"0","1","preprocess","1,000","10","0.5","0.1"\n'
+                                 '"1","1","main_kernel","2,240,000","453,945,769","2.5","1.1"\n')
+        theirs.write_text(HEADER + '"7","2","their_main","2,030,000","408,000,000","1.0","3.3"\n')
+        empty.write_text("no header here\n")
+
+        result = run(f"ours={ours}", f"theirs={theirs}")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+        assert rows[0] == "| | ours | theirs |", rows
+        assert "| kernel | main_kernel | their_main |" in rows  # the longest kernel, not the preprocess
+        assert "| stalled warps per issue, all reasons | 3.60 | 4.30 |" in rows
+        reasons = [row.split(" | ")[0][2:] for row in rows if row.startswith(("| barrier", "| long_scoreboard"))]
+        assert reasons == ["barrier", "long_scoreboard"], reasons  # the first report's order
+        assert run(f"ours={ours}", "--top", "1").stdout.count("| long_scoreboard") == 0
+
+        expect_refusal(run(str(ours)), "is not NAME=CSV")
+        expect_refusal(run(f"ours={ours}", "--top", "0"), "--top = 0; allowed: 1 or more")
+        expect_refusal(run(f"ours={ours}", "--kernel", "nothing"), "no kernel whose name matches 'nothing'")
+        expect_refusal(run(f"x={empty}"), "no header row with 'Kernel Name'")
+        expect_refusal(run(f"x={pathlib.Path(folder) / 'missing.csv'}"), "missing.csv")
+    print("ncu_stalls: table and refusals as expected")
+
+
+if __name__ == "__main__":
+    main()
