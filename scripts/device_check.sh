@@ -3,7 +3,7 @@
 # then the benchmark against PyTorch SDPA, optionally Nsight Compute byte counts and the
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
-# tests-sm90 ptxas bench (forward and backward) bench-fwd example ncu ncu-sm90 ncu-bwd ncu-model sanitize
+# tests-sm90 ptxas bench (forward and backward) bench-fwd bwd-kernels example ncu ncu-sm90 ncu-bwd ncu-model sanitize
 # sanitize-sm90 fa4 variants compare compare-bench python lab06 decode ring (default: build tests
 # bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes, SM -> L2 store and reduction sectors,
 # time and SM clock of FA1, FA2 and FA3 (forward and backward) at three sizes, beside the
@@ -163,6 +163,15 @@ run_benchmark() {
 }
 step_bench() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench --backward; }
 step_bench_fwd() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench; }
+step_bwd_kernels() {
+  # Every kernel one backward call launches, ours beside cuDNN and FlashAttention-4 (after the fa4
+  # step), time per call (scripts/backward_kernel_times.py; BWD_KERNELS_ARGS, e.g. --seqlens 2048).
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:${PYTHONPATH:-} \
+    python3 scripts/backward_kernel_times.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
+    --json "$OUT/bwd_kernels.json" --markdown "$OUT/bwd_kernels.md" ${BWD_KERNELS_ARGS:-} >"$OUT/bwd_kernels.log" 2>&1 \
+    || { status=1; tail -20 "$OUT/bwd_kernels.log"; }
+  cat "$OUT/bwd_kernels.md" 2>/dev/null
+}
 step_ncu() {
   # DRAM and L2 bytes, time and occupancy of the FA2 forward at three sizes (bf16, d = 128,
   # non-causal), and of the FA1 forward at the middle one (fp16).

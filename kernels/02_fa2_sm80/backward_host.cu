@@ -45,7 +45,7 @@ void launch_backward(fa2::BackwardParams params, std::size_t smem_bytes, cudaStr
     const std::int64_t threads = checked_product("fa2_backward: preprocess threads", params.total_rows_q, params.heads_q,
                                                  fa2::kPreprocessLanesPerRow);
     const int blocks = static_cast<int>((threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads);
-    fa2::backward_preprocess_kernel<Element><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
+    fa2::backward_preprocess_kernel<Element, kHeadDim><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa2_backward preprocess launch");
   }
   {

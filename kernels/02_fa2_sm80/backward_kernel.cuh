@@ -4,7 +4,8 @@
 //
 // Three kernels, in order on one stream:
 //   1. preprocess: D_i = rowsum(dO_i * O_i) (Algorithm 2 line 4) and LSE rescaled to base 2 (the
-//      fp32 dQ accumulator is zeroed by a memset before it).
+//      fp32 dQ accumulator is zeroed by a memset before it here, by the preprocess itself for the
+//      FA3 rung).
 //   2. main: one thread block per (key block j, KV head, batch). K_j and V_j stay in shared memory
 //      (line 6); dK_j and dV_j accumulate in registers (line 7) over every query block i of every
 //      query head of the KV head's group (GQA/MQA sum over the group here, in registers). Per query
@@ -72,6 +73,7 @@ struct BackwardParams : AttentionParams {
   float* dq_accum;       // [heads_q][dq_rows][padded_head_dim], query blocks in tile order
   std::int64_t dq_rows;  // total_rows_q + kDqRowPadding * batch: each sequence's rows padded
   int* dq_counters;      // [batch][heads_q][query_blocks] (deterministic mode)
+  bool preprocess_zeroes_dq_accum;  // the preprocess zeroes dq_accum (FA3 rung), else a memset before it did
 };
 
 // The first row of sequence b in the dQ accumulator, whose sequences are padded by kDqRowPadding.
@@ -81,16 +83,29 @@ __device__ __forceinline__ std::int64_t dq_first_row(const SequenceView& seq, in
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: preprocess (Algorithm 2 line 4). One group of kPreprocessLanesPerRow lanes per (row,
-// head); each lane reads 16-byte chunks of dO and O.
-template <typename Element>
+// head), head-major (consecutive groups take consecutive rows of one head, so a warp's LSE reads
+// and D and LSE writes are adjacent in the [b, h, s] layouts); each lane reads its 16-byte chunks
+// of dO and O (kPaddedHeadDim columns at most) all at once, then sums them in column order.
+template <typename Element, int kPaddedHeadDim>
 __global__ void __launch_bounds__(kBackwardAuxThreads) backward_preprocess_kernel(BackwardParams p) {
   using device::to_float;
   constexpr int kLanesPerRow = kPreprocessLanesPerRow;
-  const int group_index = (blockIdx.x * blockDim.x + threadIdx.x) / kLanesPerRow;
+  constexpr int kChunks = (kPaddedHeadDim + kLanesPerRow * kChunkElements - 1) / (kLanesPerRow * kChunkElements);  // per lane
+  const std::int64_t group_index = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanesPerRow;
   const int lane = threadIdx.x % kLanesPerRow;
-  const int row = group_index / p.heads_q;  // workspace row
-  const int head = group_index % p.heads_q;
-  const bool active = row < p.total_rows_q;
+  const int head = static_cast<int>(group_index / p.total_rows_q);
+  const int row = static_cast<int>(group_index % p.total_rows_q);  // workspace row
+  const bool active = head < p.heads_q;
+  if (p.preprocess_zeroes_dq_accum) {
+    // The dQ accumulator starts at zero (heads_q x dq_rows x padded_head_dim floats, a multiple of
+    // 4): 16-byte stores spread over every thread of the launch, in place of a memset pass before it.
+    const std::int64_t vectors = static_cast<std::int64_t>(p.heads_q) * p.dq_rows * p.padded_head_dim / 4;
+    const std::int64_t launch_threads = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    float4* accum = reinterpret_cast<float4*>(p.dq_accum);
+    for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors; i += launch_threads) {
+      accum[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
   float sum = 0.0f;
   if (active) {
     // Workspace row -> tensor address: packed rows for varlen, (batch, position) otherwise.
@@ -98,11 +113,20 @@ __global__ void __launch_bounds__(kBackwardAuxThreads) backward_preprocess_kerne
     if (p.cu_seqlens_q == nullptr) batch = row / p.seqlen_q, position = row % p.seqlen_q;
     const Element* o = p.o.as<const Element>() + p.o.offset(batch, position, 0, head);
     const Element* d_o = p.d_o.as<const Element>() + p.d_o.offset(batch, position, 0, head);
-    for (int col = lane * kChunkElements; col < p.head_dim; col += kLanesPerRow * kChunkElements) {
-      const uint4 o_chunk = *reinterpret_cast<const uint4*>(o + col);
-      const uint4 do_chunk = *reinterpret_cast<const uint4*>(d_o + col);
-      const Element* oe = reinterpret_cast<const Element*>(&o_chunk);
-      const Element* de = reinterpret_cast<const Element*>(&do_chunk);
+    uint4 o_chunks[kChunks], do_chunks[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int col = (c * kLanesPerRow + lane) * kChunkElements;
+      if (col < p.head_dim) {
+        o_chunks[c] = *reinterpret_cast<const uint4*>(o + col);
+        do_chunks[c] = *reinterpret_cast<const uint4*>(d_o + col);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if ((c * kLanesPerRow + lane) * kChunkElements >= p.head_dim) break;
+      const Element* oe = reinterpret_cast<const Element*>(&o_chunks[c]);
+      const Element* de = reinterpret_cast<const Element*>(&do_chunks[c]);
 #pragma unroll
       for (int e = 0; e < kChunkElements; ++e) sum += to_float(oe[e]) * to_float(de[e]);
     }

@@ -114,6 +114,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
   p.dq_rows = layout.dq_rows;
   p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
+  p.preprocess_zeroes_dq_accum = true;
   p.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, block.rows,
                          "fa3_backward: q");
   p.do_map = make_tma_map(attention_tma_tensor(args.d_o, problem, problem.heads_q, true), problem.dtype, 64, block.rows,
@@ -128,9 +129,14 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
     if (p.total_rows_q > 0) {
       p.lse_map = make_tma_rows_map(p.lse_log2, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
       p.delta_map = make_tma_rows_map(p.delta, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
-      // The whole workspace starts at zero: the dQ accumulator, the deterministic counters, and the
-      // LSE and D rows between sequences, which the boxes of a sequence's last query block read.
-      check_cuda(cudaMemsetAsync(workspace, 0, layout.total, stream), "fa3_backward workspace memset");
+      // The workspace starts at zero: the LSE and D rows between sequences, which the boxes of a
+      // sequence's last query block read, and the deterministic counters, by memsets; the dQ
+      // accumulator, the bulk of it, by the preprocess as it reads O and dO.
+      check_cuda(cudaMemsetAsync(workspace, 0, layout.dq_offset, stream), "fa3_backward workspace memset (rows)");
+      if (layout.total > layout.counters_offset) {
+        check_cuda(cudaMemsetAsync(bytes + layout.counters_offset, 0, layout.total - layout.counters_offset, stream),
+                   "fa3_backward workspace memset (counters)");
+      }
       if (problem.dtype == DType::bf16) {
         dispatch<__nv_bfloat16>(padded, p, stream);
       } else {

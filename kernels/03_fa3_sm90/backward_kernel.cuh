@@ -70,36 +70,48 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
 #endif
 }
 
-// dQ = scale * accumulator, rounded to the dtype, back from the slices to rows. One block per
-// (query block, head, batch); each thread turns one (tile, thread) group of 4 values into two pairs.
+// dQ = scale * accumulator, rounded to the dtype, back from the slices to rows (line 21's dQ
+// written out). One block of kConvertThreads per (64 x 64 slice, query block, head, batch): the
+// slice is read in its own order (16 coalesced bytes per thread and load) into a row-major shared
+// tile, then written out 8 columns (16 bytes) per store, each row's 128 bytes by 8 consecutive threads.
+inline constexpr int kConvertThreads = 256;
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(256) fa3_backward_convert_dq_kernel(const BackwardParams p) {
+__global__ void __launch_bounds__(kConvertThreads) fa3_backward_convert_dq_kernel(const BackwardParams p) {
   using Tile = BackwardTiling<kHeadDim>;
-  const int query_block = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
+  constexpr int kPitch = 64 + 8;  // floats per shared row: the float2 stores of a half-warp hit 32 banks
+  constexpr int kVectors = Tile::kDqSliceFloats / 4 / kConvertThreads;  // float4 loads per thread
+  __shared__ __align__(16) float rows[64 * kPitch];
+  const int query_block = blockIdx.x / Tile::kDqSlices, slice = blockIdx.x % Tile::kDqSlices;
+  const int head = blockIdx.y, b = blockIdx.z;
   const SequenceView seq = sequence_view(p, b);
   const int query_begin = query_block * Tile::kBlockM;
   if (query_begin >= seq.seqlen_q) return;
-  const float* tile = p.dq_accum + (static_cast<std::int64_t>(head) * p.dq_rows + fa2::dq_first_row(seq, b) + query_begin) * kHeadDim;
-  T* dq = p.dq.as<T>() + p.dq.offset(seq.batch, seq.position_q, query_begin, head);
-  for (int index = threadIdx.x; index < Tile::kDqSlices * Tile::kDqSliceFloats / 4; index += blockDim.x) {
-    // index = slice * 1024 + n8 tile * 128 + thread (dq_slice_index / 4).
-    const int slice = index / 1024, tile_index = index / 128 % 8, thread = index % 128;
-    const int lane = thread % 32;
-    int row = 16 * (thread / 32) + lane / 4, column = 8 * tile_index + 2 * (lane % 4);
-    if (Tile::kDqSplitsColumns) {
-      column += 64 * slice;
-    } else {
-      row += 64 * slice;
-    }
-    if (column >= p.head_dim) continue;
-    const float4 value = *reinterpret_cast<const float4*>(tile + 4 * index);
-    if (query_begin + row < seq.seqlen_q) {
-      *reinterpret_cast<std::uint32_t*>(dq + row * p.dq.row_stride + column) = pack2<T>(value.x * p.scale, value.y * p.scale);
-    }
-    if (query_begin + row + 8 < seq.seqlen_q) {
-      *reinterpret_cast<std::uint32_t*>(dq + (row + 8) * p.dq.row_stride + column) =
-          pack2<T>(value.z * p.scale, value.w * p.scale);
-    }
+  const float* tile = p.dq_accum + (static_cast<std::int64_t>(head) * p.dq_rows + fa2::dq_first_row(seq, b) + query_begin) * kHeadDim +
+                      slice * Tile::kDqSliceFloats;
+  float4 values[kVectors];
+#pragma unroll
+  for (int v = 0; v < kVectors; ++v) values[v] = reinterpret_cast<const float4*>(tile)[v * kConvertThreads + threadIdx.x];
+#pragma unroll
+  for (int v = 0; v < kVectors; ++v) {
+    // dq_slice_index: vector (n8 tile, thread) holds rows r and r + 8, columns c and c + 1 of the slice.
+    const int index = v * kConvertThreads + threadIdx.x, n8_tile = index / 128, thread = index % 128, lane = thread % 32;
+    const int row = 16 * (thread / 32) + lane / 4, column = 8 * n8_tile + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(&rows[row * kPitch + column]) = make_float2(values[v].x, values[v].y);
+    *reinterpret_cast<float2*>(&rows[(row + 8) * kPitch + column]) = make_float2(values[v].z, values[v].w);
+  }
+  __syncthreads();
+  // The slice's place in the query block: 64 columns from 64 * slice, or 64 rows from 64 * slice.
+  const int row0 = Tile::kDqSplitsColumns ? 0 : 64 * slice, column0 = Tile::kDqSplitsColumns ? 64 * slice : 0;
+  T* dq = p.dq.as<T>() + p.dq.offset(seq.batch, seq.position_q, query_begin + row0, head) + column0;
+#pragma unroll
+  for (int chunk = threadIdx.x; chunk < 64 * 8; chunk += kConvertThreads) {
+    const int row = chunk / 8, column = 8 * (chunk % 8);
+    if (query_begin + row0 + row >= seq.seqlen_q || column0 + column >= p.head_dim) continue;  // head_dim: a multiple of 8
+    const float4 low = *reinterpret_cast<const float4*>(&rows[row * kPitch + column]);
+    const float4 high = *reinterpret_cast<const float4*>(&rows[row * kPitch + column + 4]);
+    const uint4 packed = {pack2<T>(low.x * p.scale, low.y * p.scale), pack2<T>(low.z * p.scale, low.w * p.scale),
+                          pack2<T>(high.x * p.scale, high.y * p.scale), pack2<T>(high.z * p.scale, high.w * p.scale)};
+    *reinterpret_cast<uint4*>(dq + static_cast<std::int64_t>(row) * p.dq.row_stride + column) = packed;  // 16-byte aligned (fa3_backward)
   }
 }
 

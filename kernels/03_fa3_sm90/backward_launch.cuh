@@ -20,7 +20,7 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
     const std::int64_t threads = checked_product("fa3_backward: preprocess threads", params.total_rows_q, params.heads_q,
                                                  fa2::kPreprocessLanesPerRow);
     const int blocks = static_cast<int>((threads + fa2::kBackwardAuxThreads - 1) / fa2::kBackwardAuxThreads);
-    fa2::backward_preprocess_kernel<T><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
+    fa2::backward_preprocess_kernel<T, kHeadDim><<<blocks, fa2::kBackwardAuxThreads, 0, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa3_backward preprocess launch");
   }
   {
@@ -32,8 +32,8 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
     check_cuda(cudaGetLastError(), "fa3_backward main launch");
   }
   {
-    const dim3 grid(params.query_blocks, params.heads_q, params.batch);
-    fa3_backward_convert_dq_kernel<T, kHeadDim><<<grid, 256, 0, stream>>>(params);
+    const dim3 grid(params.query_blocks * Tile::kDqSlices, params.heads_q, params.batch);
+    fa3_backward_convert_dq_kernel<T, kHeadDim><<<grid, kConvertThreads, 0, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa3_backward convert launch");
   }
 }

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Where a backward's time goes: every GPU kernel (and memset) one backward call launches, with its
+time per call, for our Hopper backward, cuDNN (SDPA), SDPA flash and FlashAttention-4 on the same
+tensors (bf16, [batch, heads, seqlen, dim], tokens per batch and hidden size as bench_kernels.py).
+
+Each implementation is checked first (its dQ, dK, dV against SDPA flash's, beside cuDNN's own
+difference), then warmed up, then --calls calls run under torch.profiler (CUPTI's kernel and
+memset records); a kernel's time is its summed duration over the calls divided by --calls. "wall"
+is the median CUDA-event time of one call (triton do_bench), so wall minus the kernels' sum is what
+the calls spend between kernels (launch gaps, host work of autograd).
+
+Usage (on the GPU machine, after building the kernels):
+  python3 scripts/backward_kernel_times.py --lib build/device/kernels/libflashlab_kernels_c.so \
+      --json out.json --markdown out.md [--seqlens 2048 16384] [--head-dims 64 128]
+"""
+import argparse
+import collections
+import json
+import re
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import bench_kernels
+
+
+def short_name(name, width=72):
+    """A kernel's name without its template arguments and parameter list, at most `width` characters."""
+    name = re.sub(r"\(.*$", "", name)
+    depth, kept = 0, []
+    for character in name:
+        depth += character == "<"
+        if depth == 0:
+            kept.append(character)
+        depth -= character == ">"
+    name = "".join(kept).replace("void ", "").strip()
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def kernel_times(call, calls):
+    """{kernel name: microseconds per call} of `calls` calls of `call`, from the profiler's device records."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    totals = collections.defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[short_name(event.name)] += event.device_time / calls  # microseconds
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def backward_calls(lib, q, k, v, do, causal):
+    """{implementation: one backward call} on the same inputs; ours after our forward's O and LSE."""
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+    lib.forward(3, q, k, v, o, lse, causal)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    calls = {}
+
+    def ours(deterministic):
+        def call():
+            lib.backward(3, q, k, v, o, lse, do, dq, dk, dv, causal, deterministic)
+            return dq, dk, dv
+        return call
+    calls["fa3"] = ours(False)
+    calls["fa3_deterministic"] = ours(True)
+    for name, backend in (("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION)):
+        qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+        calls[name] = lambda out=out, inputs=(qg, kg, vg): torch.autograd.grad(out, inputs, do, retain_graph=True)
+    fa4 = bench_kernels.flash_attn_4()
+    if fa4 is not None:
+        q4, k4, v4 = (t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+        out4 = fa4(q4, k4, v4, causal=causal)
+        out4 = out4[0] if isinstance(out4, tuple) else out4
+        do4 = do.transpose(1, 2).contiguous()
+
+        def fa4_call():
+            grads = torch.autograd.grad(out4, (q4, k4, v4), do4, retain_graph=True)
+            return tuple(g.transpose(1, 2) for g in grads)
+        calls["fa4"] = fa4_call
+    return calls
+
+
+def run(args):
+    torch.manual_seed(0)
+    lib = bench_kernels.Flashlab(args.lib)
+    if not lib.has_fa3:
+        sys.exit("backward_kernel_times.py: the library has no Hopper rung (fa3)")
+    rows = []
+    for d in args.head_dims:
+        for causal in (False, True):
+            for s in args.seqlens:
+                b, h = max(1, args.tokens // s), args.hidden // d
+                q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+                calls = backward_calls(lib, q, k, v, do, causal)
+                reference = [g.clone() for g in calls["sdpa_flash"]()]
+                if not args.sdpa_flash:
+                    del calls["sdpa_flash"]
+                flops = 2.5 * bench_kernels.flops_forward(b, h, s, d, causal)
+                for name, call in calls.items():
+                    grads = call()
+                    difference = bench_kernels.gradient_difference(grads, reference)
+                    wall_ms = bench_kernels.median_ms(call)
+                    kernels = kernel_times(call, args.calls)
+                    row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "impl": name,
+                           "wall_us": wall_ms * 1e3, "tflops": flops / wall_ms / 1e9, "kernels_us": kernels,
+                           "kernels_sum_us": sum(kernels.values()), "max_abs_diff_vs_sdpa_flash": difference}
+                    rows.append(row)
+                    print(f"d={d} causal={int(causal)} s={s} {name}: wall {row['wall_us']:.0f} us "
+                          f"({row['tflops']:.0f} TFLOP/s), kernels {row['kernels_sum_us']:.0f} us, "
+                          f"max diff {max(difference.values()):.1e}", flush=True)
+                del q, k, v, do, calls, reference
+    return {"environment": bench_kernels.environment(" ".join(sys.argv)), "calls_profiled": args.calls, "rows": rows}
+
+
+def markdown(result):
+    lines = ["# Backward kernels, time per call (us)", "",
+             f"bf16; {result['calls_profiled']} profiled calls per implementation; wall = median CUDA-event time "
+             "of one call; GPU " + result["environment"]["gpu"], ""]
+    for row in result["rows"]:
+        lines.append(f"## d {row['head_dim']}, {'causal' if row['causal'] else 'no mask'}, seqlen {row['seqlen']}, "
+                     f"batch {row['batch']} x {row['heads']} heads: {row['impl']}")
+        lines += ["", f"wall {row['wall_us']:.1f} us ({row['tflops']:.0f} TFLOP/s), kernels {row['kernels_sum_us']:.1f} us, "
+                  f"between them {row['wall_us'] - row['kernels_sum_us']:.1f} us", "",
+                  "| kernel | us per call | share of wall |", "| --- | --- | --- |"]
+        lines += [f"| `{name}` | {us:.1f} | {us / row['wall_us']:.1%} |" for name, us in row["kernels_us"].items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lib", required=True, help="libflashlab_kernels_c.so")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--markdown", required=True)
+    parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch (batch = tokens / seqlen)")
+    parser.add_argument("--hidden", type=int, default=2048, help="heads = hidden / head_dim")
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[2048, 16384])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--calls", type=int, default=10, help="profiled calls per implementation")
+    parser.add_argument("--sdpa-flash", action="store_true", help="also list SDPA flash's kernels")
+    args = parser.parse_args()
+    for name, value, low, high in (("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16),
+                                   ("--calls", args.calls, 1, 1000)):
+        if not low <= value <= high:
+            print(f"backward_kernel_times.py: {name} {value} is outside [{low}, {high}]", file=sys.stderr)
+            sys.exit(2)
+    for d in args.head_dims:
+        if d not in (64, 128, 256) or args.hidden % d:
+            print(f"backward_kernel_times.py: --head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}",
+                  file=sys.stderr)
+            sys.exit(2)
+    result = run(args)
+    with open(args.json, "w") as file:
+        json.dump(result, file, indent=1)
+    with open(args.markdown, "w") as file:
+        file.write(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
