@@ -280,6 +280,8 @@ step_ncu_bwd() {
   # side's raw page and its main kernel's stall reasons side by side (scripts/ncu_stalls.py).
   local d=${NCU_BWD_HDIM:-128} generation=${NCU_BWD_GENERATION:-2} kernel=backward_main
   [ "$generation" = 3 ] && kernel=fa3_backward_kernel
+  [[ -x $BUILD/tests/kernels/test_fa2_backward_bench ]] || cmake --build $BUILD --target test_fa2_backward_bench -j16 \
+    >>"$OUT/build.log" 2>&1 || { echo "ncu-bwd: test_fa2_backward_bench does not build"; status=1; return; }
   ncu --clock-control none --kernel-name regex:$kernel --launch-skip 2 --launch-count 1 --set full \
     --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims $d \
     --seqlens 4096 --generation $generation >"$OUT/ncu_bwd_ours.log" 2>&1
