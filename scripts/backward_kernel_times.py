@@ -16,15 +16,23 @@ Usage (on the GPU machine, after building the kernels):
 import argparse
 import collections
 import json
+import os
 import re
 import sys
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
+# PyTorch, Triton and the benchmark's helpers are imported once the arguments are checked
+# (load_gpu_modules), so a bad argument is refused on any machine.
+torch = F = SDPBackend = sdpa_kernel = ProfilerActivity = profile = bench_kernels = None
 
-import bench_kernels
+
+def load_gpu_modules():
+    global torch, F, SDPBackend, sdpa_kernel, ProfilerActivity, profile, bench_kernels
+    import torch  # noqa: PLC0415
+    import torch.nn.functional as F  # noqa: PLC0415
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    import bench_kernels  # noqa: PLC0415
 
 
 def short_name(name, width=72):
@@ -146,8 +154,9 @@ def main():
     parser.add_argument("--calls", type=int, default=10, help="profiled calls per implementation")
     parser.add_argument("--sdpa-flash", action="store_true", help="also list SDPA flash's kernels")
     args = parser.parse_args()
-    for name, value, low, high in (("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16),
-                                   ("--calls", args.calls, 1, 1000)):
+    checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16), ("--calls", args.calls, 1, 1000)]
+    checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
+    for name, value, low, high in checks:
         if not low <= value <= high:
             print(f"backward_kernel_times.py: {name} {value} is outside [{low}, {high}]", file=sys.stderr)
             sys.exit(2)
@@ -156,6 +165,12 @@ def main():
             print(f"backward_kernel_times.py: --head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}",
                   file=sys.stderr)
             sys.exit(2)
+    for name, path in (("--json", args.json), ("--markdown", args.markdown)):
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            print(f"backward_kernel_times.py: {name} {path}: no folder {folder}", file=sys.stderr)
+            sys.exit(2)
+    load_gpu_modules()
     result = run(args)
     with open(args.json, "w") as file:
         json.dump(result, file, indent=1)

@@ -11,7 +11,7 @@
 # timed). Exit status 0 when clean, 1 when not, 2 on bad arguments.
 set -uo pipefail
 
-patch_file="" log=$(mktemp) sources=()
+patch_file="" log="" sources=()
 while (($#)); do
   case $1 in
     --patch | --log)
@@ -34,11 +34,19 @@ done
 
 if [[ -n $patch_file ]]; then
   git apply --check "$patch_file" 2>/dev/null || { echo "ptxas_check.sh: --patch $patch_file does not apply to this tree" >&2; exit 2; }
-  git apply "$patch_file"
-  trap 'git apply -R "$patch_file"' EXIT
 fi
 
+# From here on every exit removes the temporary files and reverts the patch.
+temporary_log=0
+[[ -n $log ]] || { log=$(mktemp); temporary_log=1; }
 object=$(mktemp --suffix=.o)
+cleanup() {
+  rm -f "$object"
+  ((temporary_log)) && rm -f "$log"
+  [[ -z $patch_file ]] || git apply -R "$patch_file"
+}
+trap cleanup EXIT
+[[ -z $patch_file ]] || git apply "$patch_file"
 bad=0
 : >"$log"
 for source in "${sources[@]}"; do
@@ -48,7 +56,6 @@ for source in "${sources[@]}"; do
     echo "$source: $(cuobjdump --dump-sass "$object" | grep -c HGMMA) HGMMA instructions" | tee -a "$log"
   fi
 done
-rm -f "$object"
 grep -E "C75(08|11|13|15|19)" "$log" && bad=1
 grep -E "spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" && bad=1
 grep -q " 0 HGMMA" "$log" && bad=1
