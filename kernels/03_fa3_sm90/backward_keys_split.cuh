@@ -119,6 +119,12 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     const float* delta = lse + kBlockM;
     mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
 
+    // LSE_i of this thread's query columns, read before the scores are issued: behind their
+    // operand reads a shared-memory load waits longer than the scores take.
+    float2 lse_i[kBlockM / 8];
+#pragma unroll
+    for (int i = 0; i < kBlockM / 8; ++i) lse_i[i] = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
+
     // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T.
     float s[kBlockM / 2], dp[kBlockM / 2];
     auto issue_scores = [&](float (&d)[kBlockM / 2], std::uint64_t rows_a, std::uint64_t columns_b) {
@@ -127,10 +133,6 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     wgmma_fence();
     issue_scores(s, k_rows, q_k_major);
     if constexpr (kScoresTogether) issue_scores(dp, v_rows, do_k_major);
-    // LSE_i of this thread's query columns, read while the scores run.
-    float2 lse_i[kBlockM / 8];
-#pragma unroll
-    for (int i = 0; i < kBlockM / 8; ++i) lse_i[i] = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
     if constexpr (kScoresTogether) {
       wgmma_wait<1>();
     } else {
