@@ -16,6 +16,7 @@ import csv
 import re
 import sys
 
+DURATION_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # to microseconds
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active(\.ratio)?$")
 
 
@@ -27,7 +28,7 @@ def number(text):
 
 
 def read_kernel(path, kernel_pattern):
-    """The longest kernel of a raw CSV whose name matches: {"name", "duration", "instructions", "stalls"}."""
+    """The longest kernel of a raw CSV whose name matches: {"name", "duration" (µs), "instructions", "stalls"}."""
     with open(path, newline="") as f:
         rows = [row for row in csv.reader(f)]
     header_index = next((i for i, row in enumerate(rows) if "Kernel Name" in row), None)
@@ -35,12 +36,18 @@ def read_kernel(path, kernel_pattern):
         raise ValueError(f"{path}: no header row with 'Kernel Name' (is it `ncu -i REPORT --page raw --csv`?)")
     header = rows[header_index]
     name_column = header.index("Kernel Name")
+    # The row under the header names each metric's unit; the duration's depends on its size.
+    units = dict(zip(header, rows[header_index + 1])) if header_index + 1 < len(rows) else {}
+    to_us = DURATION_UNITS.get(units.get("gpu__time_duration.sum", ""))
+    if to_us is None:
+        raise ValueError(f"{path}: gpu__time_duration.sum's unit '{units.get('gpu__time_duration.sum', '')}' "
+                         f"is none of {', '.join(DURATION_UNITS)}")
     records = [dict(zip(header, row)) for row in rows[header_index + 1:]
                if len(row) == len(header) and row[name_column] and number(row[0]) is not None]
     records = [r for r in records if re.search(kernel_pattern, r["Kernel Name"])]
     if not records:
         raise ValueError(f"{path}: no kernel whose name matches '{kernel_pattern}'")
-    duration = lambda r: number(r.get("gpu__time_duration.sum", "")) or 0.0
+    duration = lambda r: (number(r.get("gpu__time_duration.sum", "")) or 0.0) * to_us
     chosen = max(records, key=duration)
     stalls = {}
     for column, value in chosen.items():
@@ -60,7 +67,7 @@ def table(kernels, top):
     fmt = lambda x: "-" if x is None else f"{x:.2f}"
     lines = ["| | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
     lines.append("| kernel | " + " | ".join(kernels[n]["name"][:40] for n in names) + " |")
-    lines.append("| duration (ns) | " + " | ".join(f"{kernels[n]['duration']:.0f}" for n in names) + " |")
+    lines.append("| duration (µs) | " + " | ".join(f"{kernels[n]['duration']:.1f}" for n in names) + " |")
     lines.append("| issued instructions | " +
                  " | ".join("-" if kernels[n]["instructions"] is None else f"{kernels[n]['instructions']:.4g}" for n in names) + " |")
     lines.append("| stalled warps per issue, all reasons | " +

@@ -30,7 +30,10 @@ def main():
         ours, theirs, empty = (pathlib.Path(folder) / name for name in ("ours.csv", "theirs.csv", "empty.csv"))
         ours.write_text(HEADER + '"0","1","preprocess","1,000","10","0.5","0.1"\n'
                                  '"1","1","main_kernel","2,240,000","453,945,769","2.5","1.1"\n')
-        theirs.write_text(HEADER + '"7","2","their_main","2,030,000","408,000,000","1.0","3.3"\n')
+        # Nsight Compute picks the duration's unit by its size: milliseconds here.
+        theirs.write_text(HEADER.replace('"nsecond"', '"msecond"') + '"7","2","their_main","2.03","408,000,000","1.0","3.3"\n')
+        odd_unit = pathlib.Path(folder) / "odd_unit.csv"
+        odd_unit.write_text(HEADER.replace('"nsecond"', '"cycle"') + '"7","2","their_main","2.03","408,000,000","1.0","3.3"\n')
         empty.write_text("no header here\n")
 
         result = run(f"ours={ours}", f"theirs={theirs}")
@@ -39,6 +42,7 @@ def main():
         assert rows[0] == "| | ours | theirs |", rows
         assert "| kernel | main_kernel | their_main |" in rows  # the longest kernel, not the preprocess
         assert "| stalled warps per issue, all reasons | 3.60 | 4.30 |" in rows
+        assert "| duration (µs) | 2240.0 | 2030.0 |" in rows, rows  # nanoseconds and milliseconds alike
         reasons = [row.split(" | ")[0][2:] for row in rows if row.startswith(("| barrier", "| long_scoreboard"))]
         assert reasons == ["barrier", "long_scoreboard"], reasons  # the first report's order
         assert run(f"ours={ours}", "--top", "1").stdout.count("| long_scoreboard") == 0
@@ -47,6 +51,7 @@ def main():
         expect_refusal(run(f"ours={ours}", "--top", "0"), "--top = 0; allowed: 1 or more")
         expect_refusal(run(f"ours={ours}", "--kernel", "nothing"), "no kernel whose name matches 'nothing'")
         expect_refusal(run(f"x={empty}"), "no header row with 'Kernel Name'")
+        expect_refusal(run(f"x={odd_unit}"), "unit 'cycle' is none of nsecond, usecond, msecond, second")
         expect_refusal(run(f"x={pathlib.Path(folder) / 'missing.csv'}"), "missing.csv")
     print("ncu_stalls: table and refusals as expected")
 
