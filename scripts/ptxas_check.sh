@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Hopper kernels' resource check, on any machine with nvcc (no GPU needed): each source is
 # compiled for sm_90a with ptxas's report, which must show 0 spill bytes and none of the warnings
-# that mean wgmma was serialised or setmaxnreg ignored (C7508, C7511, C7513, C7515, C7519); where
+# that mean wgmma was serialised or setmaxnreg ignored (C7508, C7511, C7512, C7513, C7515, C7519,
+# and any other "Potential Performance Loss"); where
 # cuobjdump is on the PATH, each object must also hold HGMMA instructions.
 #
 #   bash scripts/ptxas_check.sh [--patch FILE.patch] [--log FILE] [SOURCE.cu ...]
@@ -56,7 +57,7 @@ for source in "${sources[@]}"; do
     echo "$source: $(cuobjdump --dump-sass "$object" | grep -c HGMMA) HGMMA instructions" | tee -a "$log"
   fi
 done
-grep -E "C75(08|11|13|15|19)" "$log" && bad=1
+grep -E "C75(08|11|12|13|15|19)|Potential Performance Loss" "$log" && bad=1
 grep -E "spill" "$log" | grep -vE " 0 bytes spill stores, 0 bytes spill loads" && bad=1
 grep -q " 0 HGMMA" "$log" && bad=1
 echo "ptxas check${patch_file:+ with $patch_file}: $([ $bad = 0 ] && echo clean || echo FAILED)" \
