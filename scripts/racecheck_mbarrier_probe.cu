@@ -1,0 +1,47 @@
+// Does compute-sanitizer's racecheck see an mbarrier handoff of plain shared-memory data? Thread 0
+// writes a shared word and arrives (release); warp 1 waits (acquire) and reads it, then arrives
+// on a second barrier, which thread 0 waits for before writing the next value: the pattern of the
+// FA3 backward's persistent walk (docs/kernels.md), ordered by the PTX memory model. The program
+// prints what warp 1 read (it must be 0 10 20 30) and exits 1 otherwise.
+//   nvcc -std=c++20 -arch=sm_90a -I. -o /tmp/mbarrier_probe scripts/racecheck_mbarrier_probe.cu
+//   compute-sanitizer --tool racecheck /tmp/mbarrier_probe
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "kernels/common/sm90_sync.cuh"
+
+using namespace flashlab::kernels::sm90;
+
+__global__ void handoff(int* out) {
+  __shared__ Mbarrier full, empty;
+  __shared__ int slot;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&full, 1), mbarrier_init(&empty, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  for (int k = 0; k < 4; ++k) {
+    if (threadIdx.x == 0) {
+      if (k > 0) mbarrier_wait(&empty, (k - 1) & 1);
+      slot = 10 * k;
+      mbarrier_arrive(&full);
+    } else if (threadIdx.x >= 32) {
+      mbarrier_wait(&full, k & 1);
+      const int value = slot;
+      if (threadIdx.x == 32) out[k] = value;
+      __syncwarp();
+      if (threadIdx.x == 32) mbarrier_arrive(&empty);
+    }
+  }
+}
+
+int main() {
+  int* out = nullptr;
+  if (cudaMalloc(&out, 4 * sizeof(int)) != cudaSuccess) return 2;
+  handoff<<<1, 64>>>(out);
+  int read[4] = {-1, -1, -1, -1};
+  cudaMemcpy(read, out, sizeof(read), cudaMemcpyDeviceToHost);
+  std::printf("warp 1 read %d %d %d %d (%s)\n", read[0], read[1], read[2], read[3], cudaGetErrorString(cudaGetLastError()));
+  return read[0] == 0 && read[1] == 10 && read[2] == 20 && read[3] == 30 ? 0 : 1;
+}
