@@ -28,8 +28,7 @@ __global__ void handoff(int* out) {
       mbarrier_arrive(&full);
     } else if (threadIdx.x >= 32) {
       mbarrier_wait(&full, k & 1);
-      const int value = slot;
-      if (threadIdx.x == 32) out[k] = value;
+      out[4 * (threadIdx.x - 32) + k] = slot;  // every lane's read is used
       __syncwarp();
       if (threadIdx.x == 32) mbarrier_arrive(&empty);
     }
@@ -38,10 +37,13 @@ __global__ void handoff(int* out) {
 
 int main() {
   int* out = nullptr;
-  if (cudaMalloc(&out, 4 * sizeof(int)) != cudaSuccess) return 2;
+  if (cudaMalloc(&out, 32 * 4 * sizeof(int)) != cudaSuccess) return 2;
   handoff<<<1, 64>>>(out);
-  int read[4] = {-1, -1, -1, -1};
+  int read[32 * 4];
   cudaMemcpy(read, out, sizeof(read), cudaMemcpyDeviceToHost);
-  std::printf("warp 1 read %d %d %d %d (%s)\n", read[0], read[1], read[2], read[3], cudaGetErrorString(cudaGetLastError()));
-  return read[0] == 0 && read[1] == 10 && read[2] == 20 && read[3] == 30 ? 0 : 1;
+  int wrong = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    for (int k = 0; k < 4; ++k) wrong += read[4 * lane + k] != 10 * k;
+  std::printf("warp 1's 32 lanes read 0 10 20 30: %d wrong (%s)\n", wrong, cudaGetErrorString(cudaGetLastError()));
+  return wrong == 0 ? 0 : 1;
 }
