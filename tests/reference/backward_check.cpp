@@ -1,13 +1,57 @@
 #include "reference/backward_check.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace flashlab::reference {
 
+namespace {
+
+// Runs body(unit) for unit in [0, units) on up to hardware_concurrency() threads. The units must
+// write disjoint memory; the first exception a unit throws is rethrown here.
+void for_each_unit_in_parallel(int units, const std::function<void(int)>& body) {
+  const int workers = std::max(1, std::min({units, static_cast<int>(std::thread::hardware_concurrency()), 32}));
+  std::atomic<int> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto work = [&] {
+    for (int unit = next++; unit < units; unit = next++) {
+      try {
+        body(unit);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// One head's rows of a [rows, heads, dim] tensor, contiguous: [length][dim].
+std::vector<float> head_rows(const HostTensor& t, int first_row, int length, int head) {
+  std::vector<float> rows(static_cast<std::size_t>(length) * t.dim);
+  for (int i = 0; i < length; ++i)
+    for (int c = 0; c < t.dim; ++c) rows[static_cast<std::size_t>(i) * t.dim + c] = t.at(first_row + i, head, c);
+  return rows;
+}
+
+}  // namespace
+
+// Per (sequence, KV head) in parallel: each writes its own rows of dQ and of the dK/dV sums, and
+// adds its query heads into those sums in increasing order, as a serial loop over heads would, so
+// the result is the same bit for bit whatever the thread count.
 NaiveGradients naive_backward_same_precision(const Problem& problem, const AttentionTensors& x) {
   const DType dtype = problem.dtype;
   const int d = problem.head_dim;
@@ -19,19 +63,23 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
   HostTensor dk_sum(TensorId::dK, DType::fp32, x.K.rows, problem.heads_kv, d);
   HostTensor dv_sum(TensorId::dV, DType::fp32, x.V.rows, problem.heads_kv, d);
   auto r = [dtype](float value) { return round_to(dtype, value); };
-  for (int b = 0; b < problem.batch; ++b) {
+  for_each_unit_in_parallel(problem.batch * problem.heads_kv, [&](int unit) {
+    const int b = unit / problem.heads_kv, hk = unit % problem.heads_kv;
     const int lq = problem.seqlen_q_of(b), lk = problem.seqlen_k_of(b);
     const int rq = problem.first_row_q(b), rk = problem.first_row_k(b);
-    for (int h = 0; h < problem.heads_q; ++h) {
+    const std::vector<float> K = head_rows(x.K, rk, lk, hk), V = head_rows(x.V, rk, lk, hk);
+    for (int h = hk * problem.group_size(); h < (hk + 1) * problem.group_size(); ++h) {
       const HeadProblem head = head_problem(problem, b, h);
-      const int hk = problem.kv_head(h);
+      const std::vector<float> Q = head_rows(x.Q, rq, lq, h), dO = head_rows(x.dO, rq, lq, h), O = head_rows(x.O, rq, lq, h);
       std::vector<float> P(static_cast<std::size_t>(lq) * lk), dS(P.size());
       for (int i = 0; i < lq; ++i) {
+        const float* q_row = &Q[static_cast<std::size_t>(i) * d];
         float* p_row = &P[static_cast<std::size_t>(i) * lk];
         float row_max = -INFINITY;
         for (int j = 0; j < lk; ++j) {
+          const float* k_row = &K[static_cast<std::size_t>(j) * d];
           float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += x.Q.at(rq + i, h, c) * x.K.at(rk + j, hk, c);
+          for (int c = 0; c < d; ++c) dot += q_row[c] * k_row[c];
           const float score = r(r(dot) * scale);
           p_row[j] = head.key_visible(i, j) ? score : -INFINITY;
           row_max = std::max(row_max, p_row[j]);
@@ -47,12 +95,15 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
         // rowsum(P o dP) in exact arithmetic, and the same input rounding for both, so the rule
         // measures the kernel and not the rounding of O (rows whose few keys nearly cancel in
         // dP - D are where the two differ).
+        const float* do_row = &dO[static_cast<std::size_t>(i) * d];
+        const float* o_row = &O[static_cast<std::size_t>(i) * d];
         float* ds_row = &dS[static_cast<std::size_t>(i) * lk];
         float delta = 0.0f;
-        for (int c = 0; c < d; ++c) delta += x.dO.at(rq + i, h, c) * x.O.at(rq + i, h, c);
+        for (int c = 0; c < d; ++c) delta += do_row[c] * o_row[c];
         for (int j = 0; j < lk; ++j) {
+          const float* v_row = &V[static_cast<std::size_t>(j) * d];
           float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += x.dO.at(rq + i, h, c) * x.V.at(rk + j, hk, c);
+          for (int c = 0; c < d; ++c) dot += do_row[c] * v_row[c];
           ds_row[j] = r(dot);
         }
         for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (ds_row[j] - delta)) * scale);
@@ -60,8 +111,7 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
       for (int i = 0; i < lq; ++i) {
         for (int c = 0; c < d; ++c) {
           float dot = 0.0f;
-          for (int j = 0; j < lk; ++j)
-            dot += dS[static_cast<std::size_t>(i) * lk + j] * x.K.at(rk + j, hk, c);
+          for (int j = 0; j < lk; ++j) dot += dS[static_cast<std::size_t>(i) * lk + j] * K[static_cast<std::size_t>(j) * d + c];
           out.dQ.at(rq + i, h, c) = r(dot);
         }
       }
@@ -69,15 +119,15 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
         for (int c = 0; c < d; ++c) {
           float dk = 0.0f, dv = 0.0f;
           for (int i = 0; i < lq; ++i) {
-            dk += dS[static_cast<std::size_t>(i) * lk + j] * x.Q.at(rq + i, h, c);
-            dv += P[static_cast<std::size_t>(i) * lk + j] * x.dO.at(rq + i, h, c);
+            dk += dS[static_cast<std::size_t>(i) * lk + j] * Q[static_cast<std::size_t>(i) * d + c];
+            dv += P[static_cast<std::size_t>(i) * lk + j] * dO[static_cast<std::size_t>(i) * d + c];
           }
           dk_sum.at(rk + j, hk, c) += r(dk);
           dv_sum.at(rk + j, hk, c) += r(dv);
         }
       }
     }
-  }
+  });
   for (std::size_t i = 0; i < dk_sum.values.size(); ++i) {
     out.dK.values[i] = r(dk_sum.values[i]);
     out.dV.values[i] = r(dv_sum.values[i]);
