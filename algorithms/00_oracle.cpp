@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "for_each_unit.hpp"
 
 namespace flashlab {
 
@@ -28,6 +32,9 @@ void add_head_matrix(OracleTensor& t, int head, int first_row, const MatrixD& m)
 OracleResult oracle_attention(const Problem& problem, const AttentionTensors& inputs, const HostTensor* dO,
                               OracleOptions options) {
   problem.validate();
+  if (options.workers < 1) {
+    throw std::invalid_argument("oracle_attention: workers = " + std::to_string(options.workers) + "; allowed: at least 1");
+  }
   const int dv = problem.value_dim();
   OracleResult result;
   result.O = OracleTensor(problem.total_rows_q(), problem.heads_q, dv);
@@ -38,9 +45,13 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
     result.dV = OracleTensor(problem.total_rows_k(), problem.heads_kv, dv);
   }
   constexpr double kNegInfD = -std::numeric_limits<double>::infinity();
+  if (options.keep_probabilities) result.P.resize(static_cast<std::size_t>(problem.batch) * problem.heads_q);
 
-  for (int b = 0; b < problem.batch; ++b) {
-    for (int h = 0; h < problem.heads_q; ++h) {
+  // Per (sequence, KV head): its query heads in order, so that dK and dV add up as a serial loop
+  // over the heads would; the units write disjoint rows.
+  for_each_unit(problem.batch * problem.heads_kv, options.workers, [&](int unit) {
+    const int b = unit / problem.heads_kv, head_kv = unit % problem.heads_kv;
+    for (int h = head_kv * problem.group_size(); h < (head_kv + 1) * problem.group_size(); ++h) {
       const HeadProblem head = head_problem(problem, b, h);
       const int sq = head.seqlen_q, sk = head.seqlen_k;
       const int row_q = problem.first_row_q(b), row_k = problem.first_row_k(b), kv = problem.kv_head(h);
@@ -86,7 +97,7 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
         std::vector<double> flat(static_cast<std::size_t>(sq) * sk);
         for (int i = 0; i < sq; ++i)
           for (int j = 0; j < sk; ++j) flat[static_cast<std::size_t>(i) * sk + j] = p_dropped(i, j);
-        result.P.push_back(std::move(flat));
+        result.P[static_cast<std::size_t>(b) * problem.heads_q + h] = std::move(flat);
       }
       if (!dO) continue;
 
@@ -101,7 +112,7 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
       add_head_matrix(result.dK, kv, row_k, scale * ds.transpose() * q);
       add_head_matrix(result.dV, kv, row_k, dv_head);
     }
-  }
+  });
   return result;
 }
 
@@ -122,7 +133,8 @@ std::int64_t oracle_bytes(const Problem& problem, bool with_gradients, OracleOpt
     if (!problem.varlen()) kept = kept * problem.batch;
     const Count rows_q = problem.total_rows_q(), rows_k = problem.total_rows_k();
     const Count d = problem.head_dim, dv = problem.value_dim();
-    Count elements = rows_q * problem.heads_q * (dv + 1) + score_matrices * longest;  // O, LSE
+    const int workers = std::max(1, std::min(options.workers, problem.batch * problem.heads_kv));
+    Count elements = rows_q * problem.heads_q * (dv + 1) + score_matrices * longest * workers;  // O, LSE
     if (with_gradients) elements += rows_q * problem.heads_q * d + rows_k * problem.heads_kv * (d + dv);
     if (options.keep_probabilities) elements += kept;
     return (elements * static_cast<std::int64_t>(sizeof(double))).value();

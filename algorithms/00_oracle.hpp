@@ -33,6 +33,10 @@ struct OracleResult {
 
 struct OracleOptions {
   bool keep_probabilities = false;
+  // Threads working on (sequence, KV head) units at once, each on its own heads' rows: the result
+  // is the same bit for bit for any count (a unit adds its query heads into dK and dV in the
+  // serial order); each thread holds one head's score matrices (oracle_bytes counts them).
+  int workers = 1;
 };
 
 // Inputs are read as given (already rounded to the problem's dtype); all math in double.
@@ -40,8 +44,8 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
                               const HostTensor* dO = nullptr, OracleOptions options = {});
 
 // The host memory oracle_attention holds at its peak, in bytes: its double-precision outputs and
-// the score-sized matrices of the largest sequence, which it materialises per head. An upper
-// bound, saturated at the int64 maximum (no wrap).
+// the score-sized matrices of the largest sequence, which it materialises per head (per worker).
+// An upper bound, saturated at the int64 maximum (no wrap).
 std::int64_t oracle_bytes(const Problem& problem, bool with_gradients, OracleOptions options = {});
 
 // The largest |got - expected| over two equally long sequences of values; -inf matches -inf (a

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "algorithms/00_oracle.hpp"
+#include "algorithms/for_each_unit.hpp"
 
 namespace flashlab::reference {
 
@@ -135,7 +136,7 @@ CaseResult check_forward_case(const ForwardImplementation& implementation, const
     return result;
   }
 
-  const OracleResult oracle = oracle_attention(problem, tensors);
+  const OracleResult oracle = oracle_attention(problem, tensors, nullptr, OracleOptions{.workers = hardware_workers()});
   const NaiveOutputs naive = naive_forward_same_precision(problem, tensors);
   const ErrorReport o_error = compare(tensors.O, oracle.O);
   const ErrorReport lse_error = compare(tensors.LSE, oracle.LSE);

@@ -1,43 +1,16 @@
 #include "reference/backward_check.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
-#include <functional>
-#include <mutex>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 #include <vector>
+
+#include "algorithms/for_each_unit.hpp"
 
 namespace flashlab::reference {
 
 namespace {
-
-// Runs body(unit) for unit in [0, units) on up to hardware_concurrency() threads. The units must
-// write disjoint memory; the first exception a unit throws is rethrown here.
-void for_each_unit_in_parallel(int units, const std::function<void(int)>& body) {
-  const int workers = std::max(1, std::min({units, static_cast<int>(std::thread::hardware_concurrency()), 32}));
-  std::atomic<int> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    for (int unit = next++; unit < units; unit = next++) {
-      try {
-        body(unit);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int w = 1; w < workers; ++w) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
-}
 
 // One head's rows of a [rows, heads, dim] tensor, contiguous: [length][dim].
 std::vector<float> head_rows(const HostTensor& t, int first_row, int length, int head) {
@@ -63,7 +36,7 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
   HostTensor dk_sum(TensorId::dK, DType::fp32, x.K.rows, problem.heads_kv, d);
   HostTensor dv_sum(TensorId::dV, DType::fp32, x.V.rows, problem.heads_kv, d);
   auto r = [dtype](float value) { return round_to(dtype, value); };
-  for_each_unit_in_parallel(problem.batch * problem.heads_kv, [&](int unit) {
+  for_each_unit(problem.batch * problem.heads_kv, hardware_workers(), [&](int unit) {
     const int b = unit / problem.heads_kv, hk = unit % problem.heads_kv;
     const int lq = problem.seqlen_q_of(b), lk = problem.seqlen_k_of(b);
     const int rq = problem.first_row_q(b), rk = problem.first_row_k(b);
@@ -138,7 +111,7 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
 AttentionTensors backward_inputs(const Problem& problem, std::uint64_t seed, double input_scale) {
   AttentionTensors x = random_inputs(problem, seed, true);
   if (input_scale != 1) scale_queries_and_keys(x, input_scale);
-  const OracleResult forward = oracle_attention(problem, x);
+  const OracleResult forward = oracle_attention(problem, x, nullptr, OracleOptions{.workers = hardware_workers()});
   for (std::size_t i = 0; i < x.O.values.size(); ++i)
     x.O.values[i] = round_to(problem.dtype, static_cast<float>(forward.O.values[i]));
   for (std::size_t i = 0; i < x.LSE.values.size(); ++i)
@@ -153,7 +126,7 @@ BackwardReference backward_reference(const Problem& problem, std::uint64_t seed,
   reference.seed = seed;
   reference.input_scale = input_scale;
   reference.inputs = backward_inputs(problem, seed, input_scale);
-  reference.oracle = oracle_attention(problem, reference.inputs, &reference.inputs.dO);
+  reference.oracle = oracle_attention(problem, reference.inputs, &reference.inputs.dO, OracleOptions{.workers = hardware_workers()});
   reference.naive = naive_backward_same_precision(problem, reference.inputs);
   reference.naive_errors = {compare(reference.naive.dQ, reference.oracle.dQ).max_error,
                             compare(reference.naive.dK, reference.oracle.dK).max_error,
