@@ -1,7 +1,10 @@
 # Bad input to flashlab_viz (ctest label viz): one line on stderr naming the problem, exit
 # status 2, before any window opens (so no display is needed). Inputs: APP, OUT (a folder),
 # HOSTILE (tests/viz/hostile_traces: hand-made traces, one per defect that once crashed or hung
-# the app). Each run has a time limit, so a hang fails the test instead of stalling it.
+# the app). Each run has a time limit, so a hang fails the test instead of stalling it. OUT is
+# this test's own folder: the screenshot test, which ctest may run at the same time, writes its
+# temporaries beside its own files, and the check for leftovers below must see only ours.
+file(MAKE_DIRECTORY ${OUT})
 file(WRITE ${OUT}/not_json.json "{\"format\": \"flashlab-trace\", \"version\": ")
 file(WRITE ${OUT}/other_version.json "{\"format\": \"flashlab-trace\", \"version\": 99, \"events\": []}")
 file(WRITE ${OUT}/not_a_trace.json "{\"traceEvents\": []}")
