@@ -50,14 +50,14 @@ OracleResult oracle_attention(const Problem& problem, const AttentionTensors& in
   // Per (sequence, KV head): its query heads in order, so that dK and dV add up as a serial loop
   // over the heads would; the units write disjoint rows.
   for_each_unit(problem.batch * problem.heads_kv, options.workers, [&](int unit) {
-    const int b = unit / problem.heads_kv, head_kv = unit % problem.heads_kv;
-    for (int h = head_kv * problem.group_size(); h < (head_kv + 1) * problem.group_size(); ++h) {
+    const int b = unit / problem.heads_kv, kv = unit % problem.heads_kv;
+    const int sq = problem.seqlen_q_of(b), sk = problem.seqlen_k_of(b);
+    const int row_q = problem.first_row_q(b), row_k = problem.first_row_k(b);
+    const MatrixD k = head_matrix(inputs.K, kv, row_k, sk);  // shared by the group's query heads
+    const MatrixD v = head_matrix(inputs.V, kv, row_k, sk);
+    for (int h = kv * problem.group_size(); h < (kv + 1) * problem.group_size(); ++h) {
       const HeadProblem head = head_problem(problem, b, h);
-      const int sq = head.seqlen_q, sk = head.seqlen_k;
-      const int row_q = problem.first_row_q(b), row_k = problem.first_row_k(b), kv = problem.kv_head(h);
       const MatrixD q = head_matrix(inputs.Q, h, row_q, sq);
-      const MatrixD k = head_matrix(inputs.K, kv, row_k, sk);
-      const MatrixD v = head_matrix(inputs.V, kv, row_k, sk);
       const double scale = problem.scale();
 
       // S = scale Q K^T, then softcap, ALiBi and the mask; P = softmax(S) row by row.

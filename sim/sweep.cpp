@@ -1,18 +1,16 @@
 #include "sweep.hpp"
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 #include <tuple>
 
+#include "algorithms/for_each_unit.hpp"
 #include "algorithms/limits.hpp"
 #include "closed_forms.hpp"
 #include "decimal.hpp"
@@ -196,39 +194,16 @@ std::vector<SweepPoint> count_points(const SweepGrid& grid, const std::vector<Po
                                      const Progress& progress) {
   require_valid_jobs(jobs);
   std::vector<SweepPoint> points(specs.size());
-  std::atomic<std::size_t> next{0};  // the next point to hand out, in grid order
-  std::mutex mutex;                  // guards done, failure, failed_at and the progress callback
+  std::mutex mutex;  // guards done and the progress callback
   std::size_t done = 0;
-  std::exception_ptr failure;
-  std::size_t failed_at = specs.size();
-  auto work = [&] {
-    for (std::size_t i = next.fetch_add(1); i < specs.size(); i = next.fetch_add(1)) {
-      {
-        // Points before a failure still run, so that the failure reported is the serial run's.
-        const std::lock_guard lock(mutex);
-        if (failure && i > failed_at) return;
-      }
-      const PointSpec& p = specs[i];
-      try {
-        points[i] = count_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask);
-      } catch (...) {
-        const std::lock_guard lock(mutex);
-        if (i < failed_at) failure = std::current_exception(), failed_at = i;
-        continue;
-      }
-      const std::lock_guard lock(mutex);
-      ++done;
-      if (progress) progress(done, specs.size());
-    }
-  };
-  const std::size_t threads = std::min<std::size_t>(static_cast<std::size_t>(jobs), specs.size());
-  if (threads <= 1) {
-    work();
-  } else {
-    std::vector<std::jthread> pool;
-    for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(work);
-  }  // the pool joins here
-  if (failure) std::rethrow_exception(failure);
+  // Points in grid order; a failure is the serial run's (for_each_unit).
+  for_each_unit(static_cast<int>(specs.size()), jobs, [&](int i) {
+    const PointSpec& p = specs[i];
+    points[i] = count_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask);
+    const std::lock_guard lock(mutex);
+    ++done;
+    if (progress) progress(done, specs.size());
+  });
   return points;
 }
 
