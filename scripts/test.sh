@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The test command: installs the dependencies, then runs four stages (all by default):
 #   release   configure, build and run every test (GPU tests skip cleanly where no GPU is present)
-#   sanitize  the CPU parts built by clang with ASan and UBSan, float-cast-overflow included
-#             (preset debug-clang), and every test run on that build
+#   sanitize  the CPU parts built by clang with ASan and UBSan, float-cast-overflow included, and
+#             libFuzzer's instrumentation (preset fuzz: debug-clang's flags, and the fuzz targets
+#             built in the same tree), and every test run on that build
 #   fuzz      each libFuzzer target for FLASHLAB_FUZZ_SECONDS (default 20) on its committed seeds
-#             (scripts/fuzz.sh; docs/fuzzing.md)
+#             (scripts/fuzz.sh; docs/fuzzing.md), built by the sanitize stage where it ran first
 #   python    the Python package as a new user gets it: a fresh virtual environment, `pip install .`
 #             of this checkout (the CUDA kernels left out: the release stage builds and tests
 #             them, and the package's own tests here are its CPU parts) with its test extras
@@ -35,9 +36,9 @@ for stage in "${stages[@]}"; do
       ctest --preset default -j "$(nproc)"
       ;;
     sanitize)
-      cmake --preset debug-clang >/dev/null
-      cmake --build --preset debug-clang -j "$(nproc)"
-      ctest --preset debug-clang -j "$(nproc)"
+      cmake --preset fuzz >/dev/null
+      cmake --build --preset fuzz -j "$(nproc)"
+      ctest --preset fuzz -j "$(nproc)"
       ;;
     fuzz)
       bash scripts/fuzz.sh --seconds "${FLASHLAB_FUZZ_SECONDS:-20}"
