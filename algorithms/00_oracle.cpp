@@ -133,7 +133,7 @@ std::int64_t oracle_bytes(const Problem& problem, bool with_gradients, OracleOpt
     if (!problem.varlen()) kept = kept * problem.batch;
     const Count rows_q = problem.total_rows_q(), rows_k = problem.total_rows_k();
     const Count d = problem.head_dim, dv = problem.value_dim();
-    const int workers = std::max(1, std::min(options.workers, problem.batch * problem.heads_kv));
+    const int workers = unit_workers(problem.batch * problem.heads_kv, options.workers);
     Count elements = rows_q * problem.heads_q * (dv + 1) + score_matrices * longest * workers;  // O, LSE
     if (with_gradients) elements += rows_q * problem.heads_q * d + rows_k * problem.heads_kv * (d + dv);
     if (options.keep_probabilities) elements += kept;

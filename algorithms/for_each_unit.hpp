@@ -16,15 +16,23 @@
 
 namespace flashlab {
 
-template <class Body>
-void for_each_unit(int units, int workers, const Body& body) {
-  workers = std::max(1, std::min(workers, units));
-  std::atomic<int> next{0};
+// The threads for_each_unit runs `units` on: `workers`, at least 1 and at most one per unit.
+template <class Index>
+int unit_workers(Index units, int workers) {
+  if (workers <= 1 || units <= 1) return 1;
+  return static_cast<Index>(workers) < units ? workers : static_cast<int>(units);
+}
+
+// Index: any integer type (the sweep counts its points in std::size_t).
+template <class Index, class Body>
+void for_each_unit(Index units, int workers, const Body& body) {
+  workers = unit_workers(units, workers);
+  std::atomic<Index> next{0};
   std::mutex failure_mutex;  // guards failure and failed_at
   std::exception_ptr failure;
-  int failed_at = units;
+  Index failed_at = units;
   auto work = [&] {
-    for (int unit = next++; unit < units; unit = next++) {
+    for (Index unit = next++; unit < units; unit = next++) {
       {
         const std::lock_guard<std::mutex> lock(failure_mutex);
         if (failure && unit > failed_at) return;

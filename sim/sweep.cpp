@@ -197,7 +197,7 @@ std::vector<SweepPoint> count_points(const SweepGrid& grid, const std::vector<Po
   std::mutex mutex;  // guards done and the progress callback
   std::size_t done = 0;
   // Points in grid order; a failure is the serial run's (for_each_unit).
-  for_each_unit(static_cast<int>(specs.size()), jobs, [&](int i) {
+  for_each_unit(specs.size(), jobs, [&](std::size_t i) {
     const PointSpec& p = specs[i];
     points[i] = count_point(grid, p.schedule, p.seqlen, p.head_dim, p.sram_bytes, p.mask);
     const std::lock_guard lock(mutex);
