@@ -4,7 +4,7 @@
 # compute-sanitizer checks. Logs and results go under $OUT (or ./device_logs).
 # Usage: scripts/device_check.sh [steps...], run in the order given; steps: build tests tests-fwd
 # tests-sm90 ptxas bench (forward and backward) bench-fwd bwd-kernels example ncu ncu-sm90 ncu-bwd ncu-model sanitize
-# sanitize-sm90 fa4 variants compare compare-bench python lab06 decode ring (default: build tests
+# sanitize-sm90 fa4 fa4-sass variants compare compare-bench python lab06 decode ring (default: build tests
 # bench). ncu-model: Nsight Compute's DRAM, L2 -> SM bytes, SM -> L2 store and reduction sectors,
 # time and SM clock of FA1, FA2 and FA3 (forward and backward) at three sizes, beside the
 # three-level model (scripts/model_vs_ncu.py;
@@ -134,6 +134,24 @@ step_fa4() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/wheels/*.whl \
     >"$OUT/fa4_install.log" 2>&1 || { echo "fa4: install failed"; tail -5 "$OUT/fa4_install.log"; status=1; return; }
   echo "fa4: installed $(ls /tmp/wheels | tr '\n' ' ')"
+}
+step_fa4_sass() {
+  # FlashAttention-4's sm90 backward as compiled here (after the fa4 step): its PTX and cubin for
+  # d 64 and 128, with and without the causal mask, kept by the DSL in $OUT/fa4_sass, to read
+  # beside our instances' SASS (cuobjdump -sass, scripts/sass_loop_mix.py).
+  mkdir -p "$OUT/fa4_sass"
+  CUTE_DSL_KEEP=ptx,cubin CUTE_DSL_DUMP_DIR="$OUT/fa4_sass" python3 -c "
+import sys, torch
+sys.path[:0] = ['/tmp/site', '/tmp/site/nvidia_cutlass_dsl/dsl_packages']
+from flash_attn.cute import flash_attn_func
+for d in (64, 128):
+    for causal in (False, True):
+        q, k, v = (torch.randn(2, 2048, 2048 // d, d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        out = flash_attn_func(q, k, v, causal=causal)
+        out = out[0] if isinstance(out, tuple) else out
+        torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+torch.cuda.synchronize()" >"$OUT/fa4_sass.log" 2>&1 || { echo "fa4-sass: failed"; tail -5 "$OUT/fa4_sass.log"; status=1; return; }
+  echo "fa4-sass: $(ls "$OUT/fa4_sass" | wc -l) files"; ls -la "$OUT/fa4_sass" | head -30
 }
 step_tests_fwd() {
   # The forward kernels' tests only (the whole gpu label includes the backward's).
