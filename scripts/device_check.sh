@@ -136,22 +136,28 @@ step_fa4() {
   echo "fa4: installed $(ls /tmp/wheels | tr '\n' ' ')"
 }
 step_fa4_sass() {
-  # FlashAttention-4's sm90 backward as compiled here (after the fa4 step): its PTX and cubin for
-  # d 64 and 128, with and without the causal mask, kept by the DSL in $OUT/fa4_sass, to read
-  # beside our instances' SASS (cuobjdump -sass, scripts/sass_loop_mix.py).
-  mkdir -p "$OUT/fa4_sass"
-  CUTE_DSL_KEEP=ptx,cubin CUTE_DSL_DUMP_DIR="$OUT/fa4_sass" python3 -c "
+  # FlashAttention-4's sm90 backward as compiled here (after the fa4 step): its main kernel's PTX
+  # and cubin for d 64 and 128, with and without the causal mask, one process per configuration
+  # (the DSL names its files after the kernel, not the configuration), in $OUT/fa4_sass.tgz, to
+  # read beside our instances' SASS (cuobjdump -sass, scripts/sass_loop_mix.py).
+  local d causal dir=/tmp/fa4_sass
+  rm -rf $dir
+  for d in 64 128; do
+    for causal in False True; do
+      mkdir -p $dir/d${d}_causal_$causal
+      CUTE_DSL_KEEP=ptx,cubin CUTE_DSL_DUMP_DIR=$dir/d${d}_causal_$causal python3 -c "
 import sys, torch
 sys.path[:0] = ['/tmp/site', '/tmp/site/nvidia_cutlass_dsl/dsl_packages']
 from flash_attn.cute import flash_attn_func
-for d in (64, 128):
-    for causal in (False, True):
-        q, k, v = (torch.randn(2, 2048, 2048 // d, d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-        out = flash_attn_func(q, k, v, causal=causal)
-        out = out[0] if isinstance(out, tuple) else out
-        torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
-torch.cuda.synchronize()" >"$OUT/fa4_sass.log" 2>&1 || { echo "fa4-sass: failed"; tail -5 "$OUT/fa4_sass.log"; status=1; return; }
-  echo "fa4-sass: $(ls "$OUT/fa4_sass" | wc -l) files"; ls -la "$OUT/fa4_sass" | head -30
+q, k, v = (torch.randn(2, 2048, 2048 // $d, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+out = flash_attn_func(q, k, v, causal=$causal)
+out = out[0] if isinstance(out, tuple) else out
+torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+torch.cuda.synchronize()" >>"$OUT/fa4_sass.log" 2>&1 || { echo "fa4-sass: d $d causal $causal failed"; tail -5 "$OUT/fa4_sass.log"; status=1; }
+      (cd $dir/d${d}_causal_$causal && for f in *flash_bwd_sm90*; do mv "$f" "bwd_main.${f##*.}"; done; rm -f cutlass___call___*)
+    done
+  done
+  tar czf "$OUT/fa4_sass.tgz" -C $dir . && echo "fa4-sass: $(tar tzf "$OUT/fa4_sass.tgz" | grep -c bwd_main) files in fa4_sass.tgz"
 }
 step_tests_fwd() {
   # The forward kernels' tests only (the whole gpu label includes the backward's).
@@ -327,6 +333,9 @@ torch.autograd.grad(out, (q, k, v), do)
 torch.cuda.synchronize()
 torch.cuda.cudart().cudaProfilerStop()" >"$OUT/ncu_bwd_fa4.log" 2>&1
     ncu -i "$OUT/ncu_bwd_fa4.ncu-rep" --page details >"$OUT/ncu_bwd_fa4.txt" 2>&1
+    # Its stall samples per SASS instruction too, every kernel of the profiled call.
+    ncu -i "$OUT/ncu_bwd_fa4.ncu-rep" --page source --csv --print-source sass \
+      >"$OUT/ncu_bwd_fa4_sass.csv" 2>&1
   fi
   local stall_reports=()
   for side in $sides; do
