@@ -22,7 +22,7 @@ __device__ void order_dq_additions(const BackwardParams& p, const KeyBlockWork& 
     const DqTurn turn = dq_turn<Tile>(p, w, step);
     wait_for_turn(turn.counter, turn.turn);
     mbarrier_arrive(&bars.dq_turn);
-    mbarrier_wait(&bars.dq_added, it & 1);
+    mbarrier_wait(&bars.dq_added, (w.first_step + it) & 1);
     __threadfence();
     pass_turn(turn.counter, turn.turn + 1);
   }
@@ -70,14 +70,15 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
   // stmatrix's row addresses: lanes 8j .. 8j + 7 give the rows of 8 x 8 matrix j of a k16 step
   // (queries + 8 (j % 2), keys + 8 (j / 2): the register order of an A fragment).
   const int st_row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), st_column = kKeys * group + 8 * (lane / 16);
-  const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
+  const std::int64_t dq_row0 = dq_first_row(w);
 
-  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, 0);
-  RingPosition<Tile::kStages> ring;
+  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, w.kv_loads & 1);
+  RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
+    const int n = w.first_step + it;  // the step in the block's walk: the parities below
     const int query_begin = step.block * kBlockM;
-    const std::uint64_t stage = ring.stage * kQStageStep, buffer = (it % 2) * kBufferStep;
+    const std::uint64_t stage = ring.stage * kQStageStep, buffer = (n % 2) * kBufferStep;
     const float* lse = rows + ring.stage * 2 * kBlockM;
     const float* delta = lse + kBlockM;
     mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
@@ -121,7 +122,7 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
         for (int e = 0; e < 2; ++e) s[4 * i + 2 * r + e] = exp2f(fmaf(s[4 * i + 2 * r + e], p.scale_log2, -lse_r[r]));
     std::uint32_t pf[kKeys / 16][4];
     pack_a_operand<T, kKeys>(s, pf);
-    const std::uint32_t p_tile = p_tile0 + (it % 2) * 2 * Tile::kDsBytes, ds_tile = p_tile + Tile::kDsBytes;
+    const std::uint32_t p_tile = p_tile0 + (n % 2) * 2 * Tile::kDsBytes, ds_tile = p_tile + Tile::kDsBytes;
 #pragma unroll
     for (int k = 0; k < kKeys / 16; ++k) {
       stmatrix_x4(p_tile + swizzled_offset(st_row, st_column + 16 * k, kBlockM), pf[k][0], pf[k][1], pf[k][2], pf[k][3]);
@@ -170,7 +171,7 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
 
     // Line 21: dQ_i += dS K_j, 16-byte reductions into the accumulator's slices 2 group and
     // 2 group + 1 (deterministic mode: in the turn order_dq_additions opens).
-    if (p.deterministic) mbarrier_wait(&bars.dq_turn, it & 1);
+    if (p.deterministic) mbarrier_wait(&bars.dq_turn, n & 1);
     float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + query_begin) * kHeadDim +
                   kColumns / 64 * group * Tile::kDqSliceFloats;
 #pragma unroll
@@ -188,6 +189,8 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
     __syncwarp();  // every lane's reads of the stage come before the release
     if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);
   }
+  // Every wgmma reading K_j, V_j is done: the walk's next key block may load its own.
+  if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
   store_dk_dv<T, kColumns>(p, w, dk, dv, row0, kColumns * group, t);  // line 23: this warpgroup's columns
 }

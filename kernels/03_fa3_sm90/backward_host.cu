@@ -38,10 +38,11 @@ BlockShape block_shape(int padded) {
   return shape;
 }
 
-// The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query block.
+// The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query
+// block, and the persistent main kernel's tile counter.
 BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName);
+  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName, 1);
 }
 
 #ifdef FLASHLAB_HAVE_SM90A
@@ -114,6 +115,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
   p.dq_rows = layout.dq_rows;
   p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
+  p.tile_counter = reinterpret_cast<int*>(bytes + layout.scheduler_offset);
   p.preprocess_zeroes_dq_accum = true;
   p.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, block.rows,
                          "fa3_backward: q");
@@ -130,8 +132,8 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
       p.lse_map = make_tma_rows_map(p.lse_log2, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");
       p.delta_map = make_tma_rows_map(p.delta, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: delta");
       // The workspace starts at zero: the LSE and D rows between sequences, which the boxes of a
-      // sequence's last query block read, and the deterministic counters, by memsets; the dQ
-      // accumulator, the bulk of it, by the preprocess as it reads O and dO.
+      // sequence's last query block read, the deterministic counters and the tile counter, by
+      // memsets; the dQ accumulator, the bulk of it, by the preprocess as it reads O and dO.
       check_cuda(cudaMemsetAsync(workspace, 0, layout.dq_offset, stream), "fa3_backward workspace memset (rows)");
       if (layout.total > layout.counters_offset) {
         check_cuda(cudaMemsetAsync(bytes + layout.counters_offset, 0, layout.total - layout.counters_offset, stream),

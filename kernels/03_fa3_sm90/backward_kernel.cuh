@@ -5,7 +5,9 @@
 // Three kernels on one stream, as in the FA2 rung: the FA2 rung's preprocess (D = rowsum(dO * O)
 // and LSE in base 2, Algorithm 2 line 4), the main kernel here, and the dQ convert here.
 //
-// The main kernel: one block per (key block j, KV head, batch); warp specialization (Section 3.1):
+// The main kernel: one block per (key block j, KV head, batch), or at d 64 persistent, each block
+// walking key blocks (backward_pipeline.cuh's walk; BackwardTiling::kPersistent); warp
+// specialization (Section 3.1):
 // a producer warpgroup (warp 0 brings the inputs by TMA, backward_pipeline.cuh; warps 1 and 2 the
 // dQ of the dataflow) and two consumer warpgroups on wgmma, in one of two dataflows: keys split
 // (d 64, 128; backward_keys_split.cuh) or head dim split (d 256; backward_head_dim_split.cuh).
@@ -24,13 +26,24 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   using Tile = BackwardTiling<kHeadDim>;
   static_assert(Tile::kStages <= BackwardBarriers::kMaxStages);
   static_assert(sizeof(BackwardBarriers) <= 256, "the barriers fit their space");
+  static_assert(kWalkSlots * sizeof(KeyBlockWork) + Tile::kWarps * sizeof(int) <= Tile::kWalkBytes, "the walk fits its space");
   extern __shared__ unsigned char shared_raw[];
   unsigned char* shared = aligned_shared_base<1024>(shared_raw);
   BackwardBarriers& bars = *reinterpret_cast<BackwardBarriers*>(shared + Tile::kBarriers);
-  const KeyBlockWork w = key_block_work<Tile>(p);
-  if (w.key_begin >= w.sequence.seqlen_k) return;  // varlen: past this sequence's end (the whole block)
+  KeyBlockWork* walk = reinterpret_cast<KeyBlockWork*>(shared + Tile::kWalk);
+  // The walk's readers: producer warp 0's lane 0, the dQ writers (head dim split: one lane; else
+  // whole warps) and the eight consumer warps; each reading lane releases a slot.
+  const int dq_writer_warps = Tile::kHeadDimSplit ? (p.deterministic ? 1 : 0) : (p.deterministic ? 2 : 1);
+  const int walk_readers = 1 + (Tile::kHeadDimSplit ? dq_writer_warps : 32 * dq_writer_warps) + 8 * 32;
   if (threadIdx.x == 0) {
+    for (int slot = 0; slot < kWalkSlots; ++slot) {
+      mbarrier_init(&bars.walk_full[slot], 1);                         // the walker
+      mbarrier_init(&bars.walk_empty[slot], walk_readers);           // each reading lane
+    }
+    mbarrier_init(&bars.walk_draw, 1);  // producer warp 0's lane 0
+    if constexpr (!Tile::kPersistent) write_key_block_work<Tile>(p, static_cast<int>(blockIdx.x), 0, 0, walk[0]);
     mbarrier_init(&bars.kv_full, 1);
+    mbarrier_init(&bars.kv_empty, 8);  // each consumer warp
     for (int stage = 0; stage < Tile::kStages; ++stage) {
       mbarrier_init(&bars.q_full[stage], 1);    // producer warp 0's lane 0, with the bytes
       mbarrier_init(&bars.q_empty[stage], 8);   // each consumer warp
@@ -50,19 +63,33 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     registers_decrease_to<Tile::kProducerRegisters>();
-    if (warp == 0 && lane == 0) produce_inputs<Tile>(p, w, shared, bars);
+    if (Tile::kPersistent && warp == 3 && lane == 0) walk_ahead<Tile>(p, walk, bars);  // the walker
+    if (warp == 0 && lane == 0) {
+      tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
+      for_each_key_block<Tile>(p, walk, bars, 1u, [&](const KeyBlockWork& w) { produce_inputs<Tile>(p, w, shared, bars); },
+                               &bars.walk_draw);
+    }
     if constexpr (Tile::kHeadDimSplit) {
-      if (warp == 1 && lane == 0 && p.deterministic) order_dq_additions<Tile>(p, w, bars);
-    } else {
-      if (warp == 1 || warp == 2) write_dq<Tile>(p, w, shared, bars, warp - 1, lane);
+      if (warp == 1 && lane == 0 && p.deterministic) {
+        for_each_key_block<Tile>(p, walk, bars, 1u, [&](const KeyBlockWork& w) { order_dq_additions<Tile>(p, w, bars); });
+      }
+    } else if (warp >= 1 && warp <= dq_writer_warps) {
+      int steps = 0;  // the block's steps so far
+      for_each_key_block<Tile>(p, walk, bars, 0xffffffffu, [&](const KeyBlockWork& w) {
+        write_dq<Tile>(p, w, shared, bars, warp - 1, lane);
+        steps = w.first_step + w.iterations;
+      });
+      finish_dq_writes(steps, dq_writer_warps, warp - 1, lane);
     }
   } else {
     registers_increase_to<Tile::kConsumerRegisters>();
-    if constexpr (Tile::kHeadDimSplit) {
-      consume_head_dim_split<T, Tile>(p, w, shared, bars, warpgroup - 1);
-    } else {
-      consume<T, Tile>(p, w, shared, bars, warpgroup - 1);
-    }
+    for_each_key_block<Tile, true>(p, walk, bars, 0xffffffffu, [&](const KeyBlockWork& w) {
+      if constexpr (Tile::kHeadDimSplit) {
+        consume_head_dim_split<T, Tile>(p, w, shared, bars, warpgroup - 1);
+      } else {
+        consume<T, Tile>(p, w, shared, bars, warpgroup - 1);
+      }
+    });
   }
 #else
   (void)p;

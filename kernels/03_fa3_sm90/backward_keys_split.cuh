@@ -28,33 +28,33 @@ template <class Tile>
 __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared, BackwardBarriers& bars,
                          int writer, int lane) {
   constexpr int kBlockM = Tile::kBlockM;
-  const int writers = p.deterministic ? 2 : 1;
-  if (writer >= writers) return;
-  const std::int64_t dq_row0 = fa2::dq_first_row(w.sequence, w.batch);
+  const int writers = p.deterministic ? 2 : 1;  // the kernel runs warps 1 .. writers here
+  const std::int64_t dq_row0 = dq_first_row(w);
   const std::uint32_t stage_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared + Tile::kDqStage));
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, step.advance(w)) {
-    if (it % writers != writer) continue;
+    const int n = w.first_step + it;  // the step in the block's walk
+    if (n % writers != writer) continue;
     DqTurn turn{nullptr, 0};
     if (p.deterministic && lane == 0) {
       turn = dq_turn<Tile>(p, w, step);
       wait_for_turn(turn.counter, turn.turn);
       fence_proxy_async_global();  // the reductions below come after the sums the turn waited for
     }
-    // The slices' barriers are at step `it` once the other writer has taken step it - 1's (a
-    // parity wait cannot tell the two apart).
-    if (writers == 2 && it > 0) named_barrier_sync(kDqWriterBarrier + (it - 1) % 2, 64);
+    // The slices' barriers are at step n once the other writer has taken step n - 1's (a parity
+    // wait cannot tell the two apart).
+    if (writers == 2 && n > 0) named_barrier_sync(kDqWriterBarrier + (n - 1) % 2, 64);
     if (lane == 0) {
       float* tile = p.dq_accum + (static_cast<std::int64_t>(step.head) * p.dq_rows + dq_row0 + step.block * kBlockM) * Tile::kHeadDim;
       for (int slice = 0; slice < 2; ++slice) {
-        mbarrier_wait(&bars.dq_full[slice], it & 1);
+        mbarrier_wait(&bars.dq_full[slice], n & 1);
         bulk_reduce_add_f32(tile + slice * Tile::kDqSliceFloats, stage_base + slice * Tile::kDqStageBytes,
                             Tile::kDqStageBytes);
         bulk_commit();
       }
     }
     __syncwarp();
-    if (writers == 2 && it + 1 < w.iterations) named_barrier_arrive(kDqWriterBarrier + it % 2, 64);
+    if (writers == 2) named_barrier_arrive(kDqWriterBarrier + n % 2, 64);  // the last one: finish_dq_writes
     if (lane == 0) {
       bulk_wait_read();  // the staging slices may be rewritten: the consumers go on
       mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
@@ -65,7 +65,14 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
       }
     }
   }
-  if (lane == 0) bulk_wait_read();  // shared memory must outlive the last reduction's reads
+}
+
+// After the walk (`steps` of it): the deterministic writer that would take the next step takes
+// the turn the last step handed over, so that no named barrier is left half arrived; then shared
+// memory outlives the last reduction's reads.
+__device__ __forceinline__ void finish_dq_writes(int steps, int writers, int writer, int lane) {
+  if (writers == 2 && steps > 0 && steps % 2 == writer) named_barrier_sync(kDqWriterBarrier + (steps - 1) % 2, 64);
+  if (lane == 0) bulk_wait_read();
 }
 
 template <typename T, class Tile>
@@ -109,10 +116,11 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   const int ds_row = 64 * group + 16 * warp + lane % 8 + 8 * (lane / 8 % 2), ds_column = 8 * (lane / 16);
   const std::uint32_t ds_tile0 = base + Tile::kDs;
 
-  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, 0);
-  RingPosition<Tile::kStages> ring;
+  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, w.kv_loads & 1);
+  RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
+    const int n = w.first_step + it;  // the step in the block's walk: the parities below
     const int query_begin = step.block * kBlockM;
     const std::uint64_t stage = ring.stage * kQStageStep;
     const float* lse = rows + ring.stage * 2 * kBlockM;
@@ -198,9 +206,9 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     }
     std::uint32_t dsf[kBlockM / 16][4];
     pack_a_operand<T, kBlockM>(dp, dsf);
-    // dS^T to shared memory (buffer it % 2) in the TMA box layout, keys as rows, query panels: one
+    // dS^T to shared memory (buffer n % 2) in the TMA box layout, keys as rows, query panels: one
     // stmatrix per k16 step.
-    const std::uint32_t ds_tile = ds_tile0 + (it % 2) * Tile::kDsBytes;
+    const std::uint32_t ds_tile = ds_tile0 + (n % 2) * Tile::kDsBytes;
 #pragma unroll
     for (int k = 0; k < kBlockM / 16; ++k) {
       stmatrix_x4(ds_tile + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dsf[k][0], dsf[k][1], dsf[k][2], dsf[k][3]);
@@ -215,7 +223,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k) {
       const std::uint64_t step16 = (k * 16 * 128) >> 4;
-      Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (it % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
+      Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (n % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
     }
     wgmma_commit();
 #pragma unroll
@@ -227,7 +235,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     fence_registers(dq), fence_registers(dv), fence_registers(pf);
 
     // The slice to the staging buffer once the writer has read the previous one.
-    mbarrier_wait(&bars.dq_empty[group], (it & 1) ^ 1);
+    mbarrier_wait(&bars.dq_empty[group], (n & 1) ^ 1);
     float* staged = reinterpret_cast<float*>(shared + Tile::kDqStage + group * Tile::kDqStageBytes);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -242,6 +250,8 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     __syncwarp();  // every lane's reads of the stage (LSE_i, D_i; Q_i, dO_i by wgmma) come before the release
     if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);  // this warp is done with Q_i, dO_i
   }
+  // Every wgmma reading K_j, V_j is done: the walk's next key block may load its own.
+  if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
   store_dk_dv<T, kHeadDim>(p, w, dk, dv, key_row0, 0, t);  // line 23
 }

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "algorithms/checked_math.hpp"
@@ -27,8 +28,12 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
     auto* kernel = &fa3_backward_kernel<T, kHeadDim>;
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes),
                "fa3_backward: cudaFuncSetAttribute(shared memory)");
-    const dim3 grid((params.seqlen_k + Tile::kBlockN - 1) / Tile::kBlockN, params.heads_kv, params.batch);
-    kernel<<<grid, Tile::kThreads, Tile::kSharedBytes, stream>>>(params);
+    // Persistent: a block per SM, or per key block when there are fewer (backward_pipeline.cuh).
+    int device = 0, sm_count = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    const int blocks = Tile::kPersistent ? std::min(params.order.tiles(), sm_count) : params.order.tiles();
+    kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa3_backward main launch");
   }
   {

@@ -31,7 +31,8 @@ namespace flashlab::kernels::fa3 {
 struct BackwardParams : fa2::BackwardParams {
   CUtensorMap q_map, k_map, v_map, do_map;  // (column, row, head, batch); varlen: one batch of packed rows
   CUtensorMap lse_map, delta_map;           // (workspace row, head) of lse_log2 and delta
-  TileOrder order;                          // which (key block, KV head, batch) the t-th block takes
+  TileOrder order;                          // which (key block, KV head, batch) the t-th tile is
+  int* tile_counter;                        // the persistent walk's draws (walk_ahead), zero at launch
 };
 
 using namespace device;
@@ -49,43 +50,50 @@ constexpr int kDsBarrier = 1, kDqWriterBarrier = 2;
 // split: each thread's 16-byte reductions are coalesced).
 __host__ __device__ constexpr int dq_slice_index(int tile, int thread, int e) { return (tile * 128 + thread) * 4 + e; }
 
+// The walk's published key blocks (walk_key_blocks): a ring of kWalkSlots.
+constexpr int kWalkSlots = 2;
+
 struct BackwardBarriers {
   static constexpr int kMaxStages = 2;
-  Mbarrier kv_full;
+  Mbarrier walk_full[kWalkSlots], walk_empty[kWalkSlots];  // a key block published; every reader done with it
+  Mbarrier walk_draw;  // the producer has issued a key block's loads: the walker may draw the next
+  Mbarrier kv_full, kv_empty;  // K_j, V_j in; the consumers done with them (the next key block's may load)
   Mbarrier q_full[kMaxStages], q_empty[kMaxStages];
   Mbarrier dq_full[2], dq_empty[2];  // keys split: the staged slices
   Mbarrier dq_turn, dq_added;        // head dim split, deterministic mode: the consumers' turn to add dQ_i, and their sums added
 };
 
-// The block's key block, KV head and batch: the t-th block of the launch (linear index, x fastest)
-// takes the t-th of the backward's tile order (tile_order.hpp).
-struct BlockPosition {
-  int key_block, head_kv, batch;
-};
-__device__ __forceinline__ BlockPosition block_position(const BackwardParams& p) {
-  const int linear = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-  const TileCoordinates c = p.order.coordinates(linear);
-  return {c.m_block, c.head, c.batch};
-}
-
 // The query blocks a key block visits (FA2 Algorithm 2 with masks: only the queries that see
-// some key of the block), the same for the producer, the dQ writer and the consumers.
+// some key of the block), the same for the producer, the dQ writer and the consumers, and where
+// the key block sits in its block's walk: the steps (query blocks) and K/V loads before it, which
+// give the ring position and the parities of the per-step and K/V barriers.
 struct KeyBlockWork {
-  SequenceView sequence;
+  struct Sequence {  // what the kernel reads of the key block's SequenceView
+    int seqlen_q, seqlen_k;
+    std::int64_t first_row_q, position_q, position_k, batch;
+  } sequence;
   MaskRule mask;
   int key_block, head_kv, batch;
   int key_begin, key_end;       // key_end: min(key_begin + kBlockN, seqlen_k)
   int block_first, block_last;  // query blocks [block_first, block_last) of each query head
   int iterations;               // (block_last - block_first) * group_size
+  int first_step;               // the block's steps before this key block's first
+  int kv_loads;                 // the block's key blocks before this one that loaded K and V
+  int end;                      // 1: the walk is over (no key block)
+  __device__ __forceinline__ bool past_sequence() const { return key_begin >= sequence.seqlen_k; }  // varlen
 };
+// Key block `tile` of the order, written field by field where the walk publishes it.
 template <class Tile>
-__device__ __forceinline__ KeyBlockWork key_block_work(const BackwardParams& p) {
+__device__ __forceinline__ void write_key_block_work(const BackwardParams& p, int tile, int first_step, int kv_loads,
+                                                     KeyBlockWork& w) {
   constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN;
-  KeyBlockWork w;
-  const BlockPosition position = block_position(p);
-  w.key_block = position.key_block, w.head_kv = position.head_kv, w.batch = position.batch;
-  w.sequence = sequence_view(p, w.batch);
-  w.mask = mask_rule(p, w.sequence);
+  const TileCoordinates position = p.order.coordinates(tile);
+  w.key_block = position.m_block, w.head_kv = position.head, w.batch = position.batch;
+  w.first_step = first_step, w.kv_loads = kv_loads, w.end = 0;
+  const SequenceView sequence = sequence_view(p, w.batch);
+  w.sequence = {sequence.seqlen_q, sequence.seqlen_k, sequence.first_row_q, sequence.position_q, sequence.position_k,
+                sequence.batch};
+  w.mask = mask_rule(p, sequence);
   w.key_begin = w.key_block * kBlockN;
   w.key_end = min(w.key_begin + kBlockN, w.sequence.seqlen_k);
   w.block_first = w.block_last = w.iterations = 0;
@@ -95,7 +103,107 @@ __device__ __forceinline__ KeyBlockWork key_block_work(const BackwardParams& p) 
     w.block_last = queries.last > queries.first ? (queries.last - 1) / kBlockM + 1 : w.block_first;
     w.iterations = (w.block_last - w.block_first) * p.group_size;
   }
-  return w;
+}
+// The walk, where the tiling is persistent (BackwardTiling::kPersistent: d 64, whose key blocks
+// walk the fewest query blocks, so that their start-up weighs most): block b takes key blocks
+// (tiles) of the backward's tile order (tile_order.hpp, heaviest first) one after another, so
+// that one key block's last steps
+// and dK_j, dV_j stores overlap the loads of the next one's Q_i and dO_i, and the grid's tail is
+// one key block per block instead of a wave of block launches. Its first is tile b; each next one
+// is drawn from a counter (tile_counter, zeroed per launch) once a slot is free, so that a block
+// takes the next tile when it is about to need it: under a mask the key blocks' walks range from
+// one query block to all of them, and a fixed stride would deal them out blind to that. One lane,
+// the walker (producer warp 3, idle otherwise), works out each key block's KeyBlockWork and
+// publishes it in a ring of kWalkSlots in shared memory, one key block ahead of the consumers;
+// every role reads it from there.
+template <class Tile>
+__device__ void walk_ahead(const BackwardParams& p, KeyBlockWork* slots, BackwardBarriers& bars) {
+  int first_step = 0, kv_loads = 0;
+  for (int k = 0;; ++k) {
+    const int slot = k % kWalkSlots;
+    // The next tile is drawn once the producer has issued the previous key block's loads, so that
+    // the block holds at most kStages steps of work when it draws: drawn a whole key block ahead,
+    // the tiles at the end of a masked order would wait behind a busy block while others idle.
+    if (k > 0) mbarrier_wait(&bars.walk_draw, (k - 1) & 1);
+    if (k >= kWalkSlots) mbarrier_wait(&bars.walk_empty[slot], (k / kWalkSlots - 1) & 1);
+    const int tile = k == 0 ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1);
+    if (tile >= p.order.tiles()) {
+      slots[slot].end = 1;
+      mbarrier_arrive(&bars.walk_full[slot]);
+      return;
+    }
+    KeyBlockWork& w = slots[slot];
+    write_key_block_work<Tile>(p, tile, first_step, kv_loads, w);
+    mbarrier_arrive(&bars.walk_full[slot]);  // release: the readers' wait sees the slot
+    const int iterations = w.iterations;
+    first_step += iterations, kv_loads += iterations > 0;
+  }
+}
+// Every key block of the walk in order: body(w). The calling warp's `lanes` read the slot, and
+// each of them releases it (one arrival per reading lane, so that every read is ordered before
+// the walker's next write by the lane's own release). kCopy: w is a copy (the consumers), else
+// the slot itself (the producer warpgroup, whose 24 registers would not hold a copy).
+// The warp's position on the walk stays in shared memory (`walked`, one int per warp), at an
+// address the compiler can prove the same in every lane (the warp index through a shuffle): the
+// slot's address, and every field read from it, are then uniform, and the consumers keep their
+// copy, the ring stage and the matrix descriptors in uniform registers. Read from a per-lane
+// address, they would be built in vector registers and moved to uniform ones before every wgmma
+// (docs/kernels.md, "Persistent blocks").
+// `passed`, where given: the first lane arrives on it once past each key block (the producer's
+// walk_draw).
+template <bool kCopy = false, class Body>
+__device__ __forceinline__ void walk_key_blocks(KeyBlockWork* slots, BackwardBarriers& bars, unsigned lanes, Body&& body,
+                                                Mbarrier* passed = nullptr) {
+  const bool first_lane = __ffs(lanes) - 1 == static_cast<int>(threadIdx.x % 32);
+  const int warp = __shfl_sync(lanes, static_cast<int>(threadIdx.x / 32), __ffs(lanes) - 1);
+  int* walked = reinterpret_cast<int*>(slots + kWalkSlots) + warp;
+  if (first_lane) *walked = 0;
+  __syncwarp(lanes);
+  for (;;) {
+    const int k = *walked, slot = k % kWalkSlots;
+    mbarrier_wait(&bars.walk_full[slot], (k / kWalkSlots) & 1);
+    if (slots[slot].end) break;
+    if (!slots[slot].past_sequence()) {
+      if constexpr (kCopy) {
+        const KeyBlockWork w = slots[slot];
+        body(w);
+      } else {
+        body(slots[slot]);
+      }
+    }
+    if (passed != nullptr && first_lane) mbarrier_arrive(passed);
+    const int done = *walked;  // k read again: nothing of the walk stays in registers across the body
+    mbarrier_arrive(&bars.walk_empty[done % kWalkSlots]);
+    __syncwarp(lanes);  // every lane has read `walked`
+    if (first_lane) *walked = done + 1;
+    __syncwarp(lanes);
+  }
+}
+// The block's key blocks, body(w) for each: the walk where the tiling is persistent, else the
+// one key block of the block (tile blockIdx.x): worked out in registers by the consumers (kCopy),
+// whose loops then fold its zero first step, and read from slot 0, which the kernel writes before
+// its first __syncthreads, by the producer warpgroup's roles (their 24 registers would spill it).
+template <class Tile, bool kCopy = false, class Body>
+__device__ __forceinline__ void for_each_key_block(const BackwardParams& p, KeyBlockWork* slots, BackwardBarriers& bars,
+                                                   unsigned lanes, Body&& body, Mbarrier* passed = nullptr) {
+  if constexpr (Tile::kPersistent) {
+    walk_key_blocks<kCopy>(slots, bars, lanes, body, passed);
+  } else if constexpr (kCopy) {
+    KeyBlockWork w;
+    write_key_block_work<Tile>(p, static_cast<int>(blockIdx.x), 0, 0, w);
+    if (!w.past_sequence()) body(w);
+  } else if (!slots[0].past_sequence()) {
+    body(slots[0]);
+  }
+}
+// The ring position of the block's step `step`.
+template <int kStages>
+__device__ __forceinline__ RingPosition<kStages> ring_position(int step) {
+  return {step % kStages, static_cast<std::uint32_t>(step / kStages) & 1u};
+}
+// The key block's sequence's first row in the dQ accumulator (fa2::dq_first_row).
+__device__ __forceinline__ std::int64_t dq_first_row(const KeyBlockWork& w) {
+  return w.sequence.first_row_q + static_cast<std::int64_t>(fa2::kDqRowPadding) * w.batch;
 }
 // A position on the walk: query block and query head, the blocks fastest (so the loops carry it
 // instead of dividing the iteration count).
@@ -167,17 +275,20 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
                                BackwardBarriers& bars) {
   constexpr int kBlockM = Tile::kBlockM;
   const int map_batch = static_cast<int>(w.sequence.batch), head_kv = w.head_kv;
-  if (w.iterations > 0) {  // a block no query sees loads nothing
-    tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
+  // K_j and V_j (a key block no query sees loads nothing), once the consumers are done with the
+  // previous key block's: issued after the first Q_i and dO_i, which may load while the previous
+  // key block's last step runs.
+  auto load_keys = [&] {
+    if (w.kv_loads > 0) mbarrier_wait(&bars.kv_empty, (w.kv_loads - 1) & 1);
     mbarrier_arrive_expect_bytes(&bars.kv_full, 2 * Tile::kKVBytes);
     const int key0 = static_cast<int>(w.sequence.position_k) + w.key_begin;
     for (int panel = 0; panel < Tile::kPanels; ++panel) {
       tma_load(shared + Tile::kK + panel * Tile::kBlockN * 128, p.k_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
       tma_load(shared + Tile::kV + panel * Tile::kBlockN * 128, p.v_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
     }
-  }
+  };
   float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
-  RingPosition<Tile::kStages> ring;
+  RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
     const int query_begin = step.block * kBlockM;
@@ -197,6 +308,7 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     float* stage_rows = rows + ring.stage * 2 * kBlockM;
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
     tma_load_rows(stage_rows + kBlockM, p.delta_map, workspace_row, step.head, full);
+    if (it == 0) load_keys();
   }
 }
 

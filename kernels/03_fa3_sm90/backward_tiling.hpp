@@ -32,6 +32,9 @@ struct BackwardTiling {
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   static constexpr int kWarps = kThreads / kWarpSize;
   static constexpr int kMinBlocksPerSm = 1;  // one block per SM holds the whole register file
+  // A block per SM walking key blocks (backward_pipeline.cuh), else one per key block: at d 128
+  // and 256 the walk's loop cost more than the start-up it hides (docs/kernels.md, "Persistent blocks").
+  static constexpr bool kPersistent = kHeadDim == 64;
   static constexpr int kStages = 2;                     // Q_i, dO_i, LSE_i, D_i of the next block load during this one
   static constexpr int kPanels = kHeadDim / 64;         // 64-column panels of the 128-byte swizzle
   static constexpr bool kDqSplitsColumns = kBlockM == 64;  // else the two slices split the rows
@@ -59,7 +62,9 @@ struct BackwardTiling {
   static constexpr int kDs = kDO + kStages * kQBytes, kDqStage = kDs + 2 * kScoreTiles * kDsBytes;
   static constexpr int kRows = kDqStage + kConsumerWarpgroups * kDqStageBytes;  // LSE_i, D_i: [stage][2][kBlockM] floats
   static constexpr int kBarriers = kRows + kStages * 2 * kBlockM * 4;
-  static constexpr int kSharedBytes = kBarriers + 256 + 1024;  // the barriers, and the base's alignment
+  static constexpr int kWalk = kBarriers + 256;  // the walk's published key blocks (backward_pipeline.cuh)
+  static constexpr int kWalkBytes = 4 * 160;  // kWalkSlots (2) key blocks and a counter per warp; the kernel asserts it
+  static constexpr int kSharedBytes = kWalk + kWalkBytes + 1024;  // and the base's alignment
   static_assert(kSharedBytes <= kHopperSharedBytes, "the tiles must fit a Hopper block's shared memory");
   static_assert(kRows % 128 == 0 && kBlockM * 4 % 128 == 0, "LSE_i and D_i land by TMA on 128-byte boundaries");
 };

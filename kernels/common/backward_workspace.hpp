@@ -6,7 +6,9 @@
 //   the fp32 dQ accumulator, [heads_q][dq_rows][padded head dim], each sequence padded by
 //     dq_row_padding rows so that its last query block's tile fits;
 //   the deterministic mode's turn counters, one int per (batch, head, query block of
-//     counter_block_rows rows).
+//     counter_block_rows rows);
+//   scheduler_ints ints for a persistent kernel's tile draws (the FA3 backward's: one).
+// The counters and the scheduler's ints start at zero: the caller clears [counters_offset, total).
 // Each part starts on a 256-byte boundary. Checked arithmetic (algorithms/checked_math.hpp): a
 // layout past int64 is refused with SizeOverflow naming `name`, never wrapped.
 #pragma once
@@ -29,14 +31,15 @@ FLASHLAB_HOST_DEVICE std::int64_t backward_rows_first_row(std::int64_t first_row
 }
 
 struct BackwardWorkspaceLayout {
-  std::size_t delta_offset = 0, dq_offset = 0, counters_offset = 0, total = 0;  // LSE at offset 0
+  std::size_t delta_offset = 0, dq_offset = 0, counters_offset = 0, scheduler_offset = 0, total = 0;  // LSE at offset 0
   std::int64_t dq_rows = 0;  // rows per head of the dQ accumulator
   std::int64_t rows_pitch = 0;  // floats per head of LSE and D
   int query_blocks = 0;      // counters per (batch, head): ceil(seqlen_q / counter_block_rows)
 };
 
 inline BackwardWorkspaceLayout backward_workspace_layout(const Problem& problem, int padded_head_dim, int dq_row_padding,
-                                                         int counter_block_rows, bool deterministic, const char* name) {
+                                                         int counter_block_rows, bool deterministic, const char* name,
+                                                         int scheduler_ints = 0) {
   using Count = CheckedInt64;
   const auto align = [](Count bytes) { return (bytes + 255) / 256 * 256; };
   const Count rows = problem.total_rows_q(), heads = problem.heads_q, float_bytes = sizeof(float);
@@ -47,12 +50,14 @@ inline BackwardWorkspaceLayout backward_workspace_layout(const Problem& problem,
   const Count counters_offset = dq_offset + align(dq_rows * heads * Count(padded_head_dim) * float_bytes);
   const Count query_blocks = (Count(problem.seqlen_q) + counter_block_rows - 1) / counter_block_rows;
   const Count counters = deterministic ? Count(problem.batch) * heads * query_blocks : Count(0);
-  const Count total = counters_offset + align(counters * static_cast<std::int64_t>(sizeof(int)));
+  const Count scheduler_offset = counters_offset + align(counters * static_cast<std::int64_t>(sizeof(int)));
+  const Count total = scheduler_offset + align(Count(scheduler_ints) * static_cast<std::int64_t>(sizeof(int)));
   const std::string offset = std::string(name) + ": workspace offset";
   BackwardWorkspaceLayout layout;
   layout.delta_offset = checked_size(delta_offset.value(), offset.c_str());
   layout.dq_offset = checked_size(dq_offset.value(), offset.c_str());
   layout.counters_offset = checked_size(counters_offset.value(), offset.c_str());
+  layout.scheduler_offset = checked_size(scheduler_offset.value(), offset.c_str());
   layout.total = checked_size(total.value(), (std::string(name) + ": workspace bytes").c_str());
   layout.dq_rows = dq_rows.value();
   layout.rows_pitch = rows_pitch.value();

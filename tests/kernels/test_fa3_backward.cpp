@@ -95,6 +95,33 @@ TEST_CASE("FA3 backward kernel: more key blocks and query blocks than one, GQA, 
   for (const bool deterministic : {false, true}) check_problems(problems, deterministic);
 }
 
+// The kernel is persistent (a block per SM walks key blocks): problems with
+// several times more key blocks than an H200 has SMs, so that every block walks several, among
+// them key blocks no query sees (causal, top left, fewer queries than keys) and, varlen, key
+// blocks past their sequence's end.
+TEST_CASE("FA3 backward kernel: blocks that walk several key blocks", "[fa3_backward]") {
+  std::vector<Problem> problems;
+  Problem causal;  // 9 key blocks x 12 KV heads x 4 sequences = 432 key blocks, 6 of 9 seen by no query
+  causal.dtype = DType::bf16, causal.batch = 4, causal.heads_q = 24, causal.heads_kv = 12;
+  causal.seqlen_q = 300, causal.seqlen_k = 1100, causal.head_dim = 64;
+  causal.mask.causal = true, causal.mask.alignment = CausalAlignment::top_left;
+  problems.push_back(causal);
+  Problem window = causal;  // d 256: 18 key blocks x 8 KV heads x 2 sequences = 288
+  window.dtype = DType::fp16, window.batch = 2, window.heads_q = 16, window.heads_kv = 8, window.seqlen_q = 200;
+  window.head_dim = 256, window.mask = {};
+  window.mask.window_left = 300, window.mask.window_right = 40;
+  problems.push_back(window);
+  Problem bottom_right = causal;  // d 128: 9 key blocks x 8 KV heads x 3 sequences = 216
+  bottom_right.batch = 3, bottom_right.heads_q = 16, bottom_right.heads_kv = 8, bottom_right.seqlen_q = 256;
+  bottom_right.head_dim = 128, bottom_right.mask.alignment = CausalAlignment::bottom_right;
+  problems.push_back(bottom_right);
+  Problem varlen;  // 8 key blocks (of the longest) x 4 KV heads x 12 sequences = 384, most past their sequence
+  varlen.dtype = DType::bf16, varlen.heads_q = 8, varlen.heads_kv = 4, varlen.head_dim = 64;
+  set_varlen(varlen, {300, 1, 64, 129, 700, 5, 33, 256, 1000, 17, 90, 2}, {1000, 3, 64, 200, 700, 1, 500, 255, 40, 17, 91, 130});
+  problems.push_back(varlen);
+  for (const bool deterministic : {false, true}) check_problems(problems, deterministic);
+}
+
 TEST_CASE("FA3 backward kernel: scores in the thousands stay within the rule", "[fa3_backward]") {
   reference::BackwardCheckOptions options;
   options.input_scale = 100;  // bf16: Q and K times 100
@@ -146,7 +173,7 @@ TEST_CASE("FA3 backward kernel refuses by name what it does not do", "[fa3_backw
 }
 
 // A small grid for compute-sanitizer (memcheck, racecheck, synccheck): odd shapes, masks, GQA,
-// varlen, every padded head dim, both dQ modes.
+// varlen, every padded head dim, both dQ modes, blocks walking several key blocks.
 TEST_CASE("FA3 backward kernel on a small grid (for the sanitizers)", "[sanitizer_grid_sm90]") {
   std::vector<Problem> problems;
   for (const auto& [seqlen_q, seqlen_k] : std::vector<std::pair<int, int>>{{113, 203}, {239, 1}, {128, 217}}) {
@@ -161,6 +188,14 @@ TEST_CASE("FA3 backward kernel on a small grid (for the sanitizers)", "[sanitize
   varlen.dtype = DType::bf16, varlen.head_dim = 128;
   set_varlen(varlen, {113, 1, 239}, {203, 3, 1});
   problems.push_back(varlen);
+  // Persistent blocks walking several key blocks (more key blocks than an H200 has SMs, a few
+  // query rows each), causal top left with key blocks no query sees.
+  for (const int head_dim : {64, 128, 256}) {
+    Problem walk;
+    walk.dtype = DType::bf16, walk.batch = 3, walk.heads_q = 120, walk.heads_kv = 60, walk.seqlen_q = 40;
+    walk.seqlen_k = 150, walk.head_dim = head_dim, walk.mask.causal = true, walk.mask.alignment = CausalAlignment::top_left;
+    problems.push_back(walk);
+  }
   for (const bool deterministic : {false, true}) {
     for (const Problem& problem : problems) {
       const auto result = reference::check_backward_case(fa3_backward_on_device(deterministic), problem);

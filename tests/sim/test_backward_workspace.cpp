@@ -66,3 +66,21 @@ TEST_CASE("backward workspace: varlen batches, single-row sequences among them",
     check_rows(p);
   }
 }
+
+TEST_CASE("backward workspace: a persistent kernel's scheduler ints follow the counters, cleared with them", "[backward_workspace]") {
+  Problem p;
+  p.dtype = DType::bf16, p.batch = 3, p.heads_q = 4, p.heads_kv = 2, p.head_dim = 128, p.seqlen_q = 1000, p.seqlen_k = 700;
+  for (const bool deterministic : {false, true}) {
+    INFO("deterministic " << deterministic);
+    const auto without = backward_workspace_layout(p, 128, 128, 64, deterministic, "test");
+    const auto with = backward_workspace_layout(p, 128, 128, 64, deterministic, "test", 1);
+    // Nothing before them moves; the counters (16 query blocks x 4 heads x 3 sequences when
+    // deterministic) end before them, and the caller's clear of [counters_offset, total) covers them.
+    CHECK(with.counters_offset == without.counters_offset);
+    CHECK(with.scheduler_offset == without.total);
+    CHECK(with.scheduler_offset % 256 == 0);
+    CHECK(with.scheduler_offset >= with.counters_offset + (deterministic ? 16u * 4 * 3 * sizeof(int) : 0u));
+    CHECK(with.total == with.scheduler_offset + 256);
+    CHECK(without.scheduler_offset == without.total);
+  }
+}
