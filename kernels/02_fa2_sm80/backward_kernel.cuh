@@ -76,10 +76,12 @@ struct BackwardParams : AttentionParams {
   bool preprocess_zeroes_dq_accum;  // the preprocess zeroes dq_accum (FA3 rung), else a memset before it did
 };
 
-// The first row of sequence b in the dQ accumulator, whose sequences are padded by kDqRowPadding.
-__device__ __forceinline__ std::int64_t dq_first_row(const SequenceView& seq, int b) {
-  return seq.first_row_q + static_cast<std::int64_t>(kDqRowPadding) * b;
+// The first row of sequence b (first query row first_row_q) in the dQ accumulator, whose
+// sequences are padded by kDqRowPadding.
+__device__ __forceinline__ std::int64_t dq_first_row(std::int64_t first_row_q, int b) {
+  return first_row_q + static_cast<std::int64_t>(kDqRowPadding) * b;
 }
+__device__ __forceinline__ std::int64_t dq_first_row(const SequenceView& seq, int b) { return dq_first_row(seq.first_row_q, b); }
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: preprocess (Algorithm 2 line 4). One group of kPreprocessLanesPerRow lanes per (row,

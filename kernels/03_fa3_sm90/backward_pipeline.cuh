@@ -201,9 +201,9 @@ template <int kStages>
 __device__ __forceinline__ RingPosition<kStages> ring_position(int step) {
   return {step % kStages, static_cast<std::uint32_t>(step / kStages) & 1u};
 }
-// The key block's sequence's first row in the dQ accumulator (fa2::dq_first_row).
+// The key block's sequence's first row in the dQ accumulator.
 __device__ __forceinline__ std::int64_t dq_first_row(const KeyBlockWork& w) {
-  return w.sequence.first_row_q + static_cast<std::int64_t>(fa2::kDqRowPadding) * w.batch;
+  return fa2::dq_first_row(w.sequence.first_row_q, w.batch);
 }
 // A position on the walk: query block and query head, the blocks fastest (so the loops carry it
 // instead of dividing the iteration count).

@@ -95,10 +95,11 @@ TEST_CASE("FA3 backward kernel: more key blocks and query blocks than one, GQA, 
   for (const bool deterministic : {false, true}) check_problems(problems, deterministic);
 }
 
-// The kernel is persistent (a block per SM walks key blocks): problems with
-// several times more key blocks than an H200 has SMs, so that every block walks several, among
-// them key blocks no query sees (causal, top left, fewer queries than keys) and, varlen, key
-// blocks past their sequence's end.
+// At d 64 the kernel is persistent (a block per SM walks key blocks): problems with several
+// times more key blocks than an H200 has SMs, so that every block walks several, among them key
+// blocks no query sees (causal, top left, fewer queries than keys) and, varlen, key blocks past
+// their sequence's end. The d 128 and 256 problems check the same walk's one-key-block path,
+// whose producer roles read their key block from shared memory.
 TEST_CASE("FA3 backward kernel: blocks that walk several key blocks", "[fa3_backward]") {
   std::vector<Problem> problems;
   Problem causal;  // 9 key blocks x 12 KV heads x 4 sequences = 432 key blocks, 6 of 9 seen by no query
@@ -188,8 +189,8 @@ TEST_CASE("FA3 backward kernel on a small grid (for the sanitizers)", "[sanitize
   varlen.dtype = DType::bf16, varlen.head_dim = 128;
   set_varlen(varlen, {113, 1, 239}, {203, 3, 1});
   problems.push_back(varlen);
-  // Persistent blocks walking several key blocks (more key blocks than an H200 has SMs, a few
-  // query rows each), causal top left with key blocks no query sees.
+  // More key blocks than an H200 has SMs, a few query rows each, causal top left with key blocks
+  // no query sees: at d 64 persistent blocks walk several of them.
   for (const int head_dim : {64, 128, 256}) {
     Problem walk;
     walk.dtype = DType::bf16, walk.batch = 3, walk.heads_q = 120, walk.heads_kv = 60, walk.seqlen_q = 40;
