@@ -57,10 +57,21 @@ def main():
     except ValueError:
         print(f"ncu_regions: --bounds must be hex offsets, got {args.bounds}", file=sys.stderr)
         sys.exit(2)
-    if len(bounds) < 2 or bounds != sorted(bounds):
+    if len(bounds) < 2 or any(a >= b for a, b in zip(bounds, bounds[1:])):
         print("ncu_regions: --bounds needs at least two increasing offsets", file=sys.stderr)
         sys.exit(2)
-    rows = kernel_rows(args.csv, args.kernel)
+    if len(args.names) > len(bounds) - 1:
+        print(f"ncu_regions: --names gives {len(args.names)} names; allowed: at most one per range ({len(bounds) - 1})",
+              file=sys.stderr)
+        sys.exit(2)
+    if args.passes <= 0:
+        print(f"ncu_regions: --passes = {args.passes:g}; allowed: more than 0", file=sys.stderr)
+        sys.exit(2)
+    try:
+        rows = kernel_rows(args.csv, args.kernel)
+    except OSError as error:
+        print(f"ncu_regions: {args.csv}: {error.strerror}", file=sys.stderr)
+        sys.exit(2)
     if not rows:
         print(f"ncu_regions: no kernel matching '{args.kernel}' in {args.csv}", file=sys.stderr)
         sys.exit(2)

@@ -16,7 +16,8 @@ import csv
 import re
 import sys
 
-DURATION_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # to microseconds
+# To microseconds; Nsight Compute names them in full or short, by version.
+DURATION_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active(\.ratio)?$")
 
 
@@ -41,7 +42,7 @@ def read_kernel(path, kernel_pattern):
     to_us = DURATION_UNITS.get(units.get("gpu__time_duration.sum", ""))
     if to_us is None:
         raise ValueError(f"{path}: gpu__time_duration.sum's unit '{units.get('gpu__time_duration.sum', '')}' "
-                         f"is none of {', '.join(DURATION_UNITS)}")
+                         f"is none of nsecond (ns), usecond (us), msecond (ms), second (s)")
     records = [dict(zip(header, row)) for row in rows[header_index + 1:]
                if len(row) == len(header) and row[name_column] and number(row[0]) is not None]
     records = [r for r in records if re.search(kernel_pattern, r["Kernel Name"])]

@@ -43,6 +43,11 @@ def main():
         assert "| kernel | main_kernel | their_main |" in rows  # the longest kernel, not the preprocess
         assert "| stalled warps per issue, all reasons | 3.60 | 4.30 |" in rows
         assert "| duration (µs) | 2240.0 | 2030.0 |" in rows, rows  # nanoseconds and milliseconds alike
+        short_unit = pathlib.Path(folder) / "short_unit.csv"  # newer Nsight Compute: 'ms', not 'msecond'
+        short_unit.write_text(HEADER.replace('"nsecond"', '"ms"') + '"7","2","their_main","2.03","408,000,000","1.0","3.3"\n')
+        short = run(f"ours={ours}", f"theirs={short_unit}")
+        assert short.returncode == 0, short.stderr
+        assert "| duration (µs) | 2240.0 | 2030.0 |" in short.stdout, short.stdout
         reasons = [row.split(" | ")[0][2:] for row in rows if row.startswith(("| barrier", "| long_scoreboard"))]
         assert reasons == ["barrier", "long_scoreboard"], reasons  # the first report's order
         assert run(f"ours={ours}", "--top", "1").stdout.count("| long_scoreboard") == 0
@@ -51,7 +56,7 @@ def main():
         expect_refusal(run(f"ours={ours}", "--top", "0"), "--top = 0; allowed: 1 or more")
         expect_refusal(run(f"ours={ours}", "--kernel", "nothing"), "no kernel whose name matches 'nothing'")
         expect_refusal(run(f"x={empty}"), "no header row with 'Kernel Name'")
-        expect_refusal(run(f"x={odd_unit}"), "unit 'cycle' is none of nsecond, usecond, msecond, second")
+        expect_refusal(run(f"x={odd_unit}"), "unit 'cycle' is none of nsecond (ns), usecond (us), msecond (ms), second (s)")
         expect_refusal(run(f"x={pathlib.Path(folder) / 'missing.csv'}"), "missing.csv")
     print("ncu_stalls: table and refusals as expected")
 

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""scripts/ncu_regions.py on a hand-written per-instruction page in Nsight Compute's CSV shape:
+the samples of one kernel summed over address ranges (offsets from its first instruction), the
+instructions per pass, the reasons with the unnamed rest as "other", and every refusal (exit 2,
+one line on stderr, no table)."""
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "ncu_regions.py"
+HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+          '"stall_wait","stall_mio","stall_wait (Not Issued)"\n')
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+
+
+def expect_refusal(result, text):
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], result.stderr
+
+
+def main():
+    with tempfile.TemporaryDirectory() as folder:
+        page = pathlib.Path(folder) / "page.csv"
+        page.write_text('"Kernel Name","preprocess"\n' + HEADER + '"0x1000","EXIT","99","4","99","0","0"\n'
+                        '"Kernel Name","main_kernel"\n' + HEADER +
+                        '"0x7f0000000100","LDS","10","8","6","2","6"\n'       # offset 0x00
+                        '"0x7f0000000110","MUFU.EX2","30","8","10","15","9"\n'  # offset 0x10
+                        '"0x7f0000000120","HGMMA","40","4","0","0","0"\n'      # offset 0x20: no named reason
+                        '"0x7f0000000130","BRA","20","4","20","0","0"\n')      # offset 0x30, past the ranges
+        result = run(str(page), "--kernel", "main", "--bounds", "0", "20", "30", "--names", "first", "--passes", "4")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+        assert "100 stall samples in all" in result.stdout, result.stdout  # the main kernel's, not the preprocess's
+        assert rows[2] == "| first | 00000-00020 | 40 | 40.0 % | 4 | mio 17, wait 16, other 7 |", rows
+        assert rows[3] == "| 00020-00030 | 00020-00030 | 40 | 40.0 % | 1 | other 40 |", rows
+
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "zz", "30"), "--bounds must be hex offsets")
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "30", "20"), "at least two increasing offsets")
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "20"), "at least two increasing offsets")
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "0", "20", "--names", "a", "b"),
+                       "allowed: at most one per range (1)")
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "0", "20", "--passes", "0"),
+                       "--passes = 0; allowed: more than 0")
+        expect_refusal(run(str(page), "--kernel", "nothing", "--bounds", "0", "20"), "no kernel matching 'nothing'")
+        expect_refusal(run(str(pathlib.Path(folder) / "missing.csv"), "--kernel", "main", "--bounds", "0", "20"),
+                       "missing.csv")
+    print("ncu_regions: table and refusals as expected")
+
+
+if __name__ == "__main__":
+    main()
