@@ -26,23 +26,27 @@ constexpr int kMaxHeadDim = fa3::kBackwardHeadDims[std::size(fa3::kBackwardHeadD
 [[noreturn]] void refuse(const std::string& message) { throw std::invalid_argument(std::string(kName) + ": " + message); }
 
 // The block of the padded head dim: its query rows (the deterministic counters' blocks, the Q and
-// dO boxes) and keys (the grid, the K and V boxes).
+// dO boxes), keys (the grid, the K and V boxes), and whether blocks walk key blocks.
 struct BlockShape {
   int rows, keys;
+  bool persistent;
 };
 BlockShape block_shape(int padded) {
-  BlockShape shape{0, 0};
+  BlockShape shape{0, 0, false};
   dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() {
-    shape = {fa3::BackwardTiling<kHeadDim>::kBlockM, fa3::BackwardTiling<kHeadDim>::kBlockN};
+    using Tile = fa3::BackwardTiling<kHeadDim>;
+    shape = {Tile::kBlockM, Tile::kBlockN, Tile::kPersistent};
   });
   return shape;
 }
 
 // The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query
-// block, and the persistent main kernel's tile counter.
+// block, and the tile counter where the main kernel is persistent.
 BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block_shape(padded).rows, deterministic, kName, 1);
+  const BlockShape block = block_shape(padded);
+  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block.rows, deterministic, kName,
+                                   block.persistent ? 1 : 0);
 }
 
 #ifdef FLASHLAB_HAVE_SM90A
@@ -115,7 +119,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.dq_accum = reinterpret_cast<float*>(bytes + layout.dq_offset);
   p.dq_rows = layout.dq_rows;
   p.dq_counters = reinterpret_cast<int*>(bytes + layout.counters_offset);
-  p.tile_counter = reinterpret_cast<int*>(bytes + layout.scheduler_offset);
+  p.tile_counter = block.persistent ? reinterpret_cast<int*>(bytes + layout.scheduler_offset) : nullptr;
   p.preprocess_zeroes_dq_accum = true;
   p.q_map = make_tma_map(attention_tma_tensor(args.q, problem, problem.heads_q, true), problem.dtype, 64, block.rows,
                          "fa3_backward: q");
