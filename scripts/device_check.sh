@@ -369,7 +369,8 @@ step_compare() {
   # (`git diff` files taken at the repository root) is applied to this tree in turn, built in a build
   # folder of its own ($BUILD-variant, so the base build and its test binaries stay as they are),
   # its GPU tests run (COMPARE_CATCH: a Catch2 test spec run on its test_kernels, e.g. one test case;
-  # else COMPARE_TESTS: a ctest -R regex, default all of them; with COMPARE_CATCH, COMPARE_RACECHECK=1
+  # COMPARE_TIMEOUT seconds, default 420; else COMPARE_TESTS: a ctest -R regex, default all of them;
+  # with COMPARE_CATCH, COMPARE_RACECHECK=1
   # also runs racecheck on its FA3 small grid) and its library kept; the patch is then
   # reverted. The benchmark times the base, every variant and a control (an unchanged copy of the
   # base library: its spread from 1.0 is the noise floor) in the same interleaved rounds (BENCH_ARGS;
@@ -386,7 +387,7 @@ step_compare() {
     patch -p1 --quiet <"$patch" || { echo "$name: the patch does not apply"; status=1; continue; }
     if cmake --build $variant_build --target flashlab_kernels_c test_kernels -j16 >"$OUT/$name/build.log" 2>&1; then
       if [ -n "${COMPARE_CATCH:-}" ]; then
-        timeout 420 $variant_build/tests/kernels/test_kernels "$COMPARE_CATCH" >"$OUT/$name/tests.log" 2>&1 \
+        timeout ${COMPARE_TIMEOUT:-420} $variant_build/tests/kernels/test_kernels "$COMPARE_CATCH" >"$OUT/$name/tests.log" 2>&1 \
           || { echo "$name: GPU TESTS FAILED"; status=1; }
         echo "$name: $(grep -E "test cases|All tests passed" "$OUT/$name/tests.log" | tail -1)"
         if [ "${COMPARE_RACECHECK:-0}" = 1 ]; then  # the variant's FA3 small grid under racecheck
