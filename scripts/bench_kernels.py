@@ -397,10 +397,13 @@ def markdown(result):
         if not rows:
             continue
         ours = "fa3" if any(r[direction].get("fa3") for r in rows) else "fa2"
-        columns = [c for c in ("fa3", "fa3_fp16", "fa2", "fa1_fp16", "fa4", "sdpa_cudnn", "sdpa_flash", "sdpa_mem_efficient")
+        columns = [c for c in ("fa3", "fa3_deterministic", "fa3_fp16", "fa2", "fa1_fp16", "fa4", "sdpa_cudnn", "sdpa_flash",
+                               "sdpa_mem_efficient")
                    if any(r[direction].get(c) for r in rows)]
         anchors = [c for c in ("sdpa_cudnn", "fa4", "sdpa_flash") if c in columns]
         ratios = [(ours, a) for a in anchors] + ([("fa2", "sdpa_flash")] if ours != "fa2" and "fa2" in columns else [])
+        if "fa3_deterministic" in columns:  # the deterministic mode's cost
+            ratios.append(("fa3_deterministic", "fa3"))
         lines += [f"**{direction}**", "",
                   "| d | causal | seqlen | " + " | ".join(columns) + " | " +
                   " | ".join(f"{a} / {b}" for a, b in ratios) + " |",
