@@ -3,8 +3,9 @@
 // flash-attention FLOP convention (backward = 2.5 x forward = 2.5 x 4 b h s^2 d, halved when
 // causal). Medians of CUDA-event timings after a warm-up. Usage:
 //   test_fa2_backward_bench [total_tokens=16384] [--deterministic] [--generation 2|3] [--seqlens 512,2048,...]
-//                           [--hdims 64,128]
-// prints one line per (head_dim, causal, seqlen).
+//                           [--hdims 64,128] [--heads H (default 2048 / head_dim)]
+// prints one line per (head_dim, causal, seqlen). --heads sets the grid's size apart from the work
+// per block: e.g. 33 heads give 132 x k blocks of 128 keys where 32 give a last wave part full.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   int generation = 2;
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> head_dims = {64, 128};
+  int heads = 0;  // 2048 / head_dim
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--deterministic") == 0) {
       deterministic = true;
@@ -76,6 +78,12 @@ int main(int argc, char** argv) {
         char* end = nullptr;
         head_dims.push_back(static_cast<int>(std::strtol(text, &end, 10)));
         text = (*end == ',') ? end + 1 : end;
+      }
+    } else if (std::strcmp(argv[i], "--heads") == 0 && i + 1 < argc) {
+      heads = std::atoi(argv[++i]);
+      if (heads < 1 || heads > 256) {
+        std::fprintf(stderr, "--heads = %s; allowed: 1 to 256\n", argv[i]);
+        return 2;
       }
     } else if (std::strcmp(argv[i], "--seqlens") == 0 && i + 1 < argc) {
       seqlens.clear();
@@ -94,7 +102,7 @@ int main(int argc, char** argv) {
       for (int seqlen : seqlens) {
         Problem problem;
         problem.batch = std::max(1, total_tokens / seqlen);
-        problem.heads_q = problem.heads_kv = 2048 / head_dim;
+        problem.heads_q = problem.heads_kv = heads > 0 ? heads : 2048 / head_dim;
         problem.seqlen_q = problem.seqlen_k = seqlen;
         problem.head_dim = head_dim;
         problem.dtype = DType::bf16;
