@@ -177,7 +177,11 @@ TEST_CASE("ring attention in bf16 keeps the 2x / 3x rule against naive attention
       const auto error = reference::compare(*got, *expected);
       const double baseline = reference::compare(*base, *expected).max_error;
       INFO(error.describe(name) << " baseline " << baseline);
-      CHECK(reference::within_rule(error, baseline, {3.0, 1e-4}));
+      // Each of the ring's block pairs writes its gradients in the dtype before they are added in
+      // fp32 (as the kernel writes them), where the naive backward rounds once: the largest
+      // gradient (dV of the first key, which every query sees) lands an ulp of the output format
+      // past the naive error in about 1 % of seeds. The slack is that rounding, as O's above.
+      CHECK(reference::within_rule(error, baseline, {3.0, 1e-4 + reference::rounding_slack(DType::bf16, *expected)}));
     }
   }
 }
