@@ -384,4 +384,11 @@ void check_cuda(cudaError_t status, const char* what) {
   }
 }
 
+int current_device_sm_count() {
+  int device = 0, sm_count = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return sm_count;
+}
+
 }  // namespace flashlab::kernels

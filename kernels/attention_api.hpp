@@ -211,5 +211,7 @@ void require_grid(const char* kernel_name, GridDimension x, GridDimension y, Gri
 int require_int_blocks(const char* kernel_name, const char* counts, std::int64_t x, std::int64_t y, std::int64_t z);
 // Throws std::runtime_error naming the kernel if a CUDA call failed (cudaGetLastError after launch).
 void check_cuda(cudaError_t status, const char* what);
+// The current device's streaming multiprocessors (a persistent grid's size), through check_cuda.
+int current_device_sm_count();
 
 }  // namespace flashlab::kernels

@@ -29,10 +29,8 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes),
                "fa3_backward: cudaFuncSetAttribute(shared memory)");
     // Persistent: a block per SM, or per key block when there are fewer (backward_pipeline.cuh).
-    int device = 0, sm_count = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    const int blocks = Tile::kPersistent ? std::min(params.order.tiles(), sm_count) : params.order.tiles();
+    int blocks = params.order.tiles();
+    if constexpr (Tile::kPersistent) blocks = std::min(blocks, current_device_sm_count());
     kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa3_backward main launch");
   }

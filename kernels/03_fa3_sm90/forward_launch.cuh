@@ -22,12 +22,7 @@ void launch_fa3_forward_steps(const ForwardParams& params, cudaStream_t stream) 
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes),
              "fa3_forward: cudaFuncSetAttribute(shared memory)");
   int blocks = params.tiles;
-  if constexpr (Steps::kPersistent) {
-    int device = 0, sm_count = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    blocks = std::min(blocks, sm_count);
-  }
+  if constexpr (Steps::kPersistent) blocks = std::min(blocks, current_device_sm_count());
   kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(params);
   check_cuda(cudaGetLastError(), "fa3_forward kernel launch");
 }

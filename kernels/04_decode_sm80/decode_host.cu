@@ -207,9 +207,8 @@ Split plan(const Problem& problem, const DecodeArgs& args, bool launching) {
                {static_cast<std::int64_t>(problem.heads_kv) * row_tiles(problem), "heads_kv x row tiles of 16 query rows"},
                {problem.batch, "batch"});
   require_compute_capability(8, 0, kName);  // the device last: a refused argument makes no CUDA call
-  int device = 0, multiprocessors = 0, blocks_per_sm = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  const int multiprocessors = current_device_sm_count();
+  int blocks_per_sm = 0;
   dispatch(problem, [&]<typename T, int kHeadDim>() { blocks_per_sm = decode::decode_blocks_per_sm<T, kHeadDim>(); });
   if (blocks_per_sm < 1) {
     refuse("head_dim = " + std::to_string(problem.head_dim) + " needs " +
