@@ -4,24 +4,16 @@ the samples of one kernel summed over address ranges (offsets from its first ins
 instructions per pass, the reasons with the unnamed rest as "other", and every refusal (exit 2,
 one line on stderr, no table)."""
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "ncu_regions.py"
+from script_checks import expect_refusal, run_script
+
 HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
           '"stall_wait","stall_mio","stall_wait (Not Issued)"\n')
 
 
 def run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
-
-
-def expect_refusal(result, text):
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    assert result.stdout == "", result.stdout
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and text in lines[0], result.stderr
+    return run_script("ncu_regions.py", *args)
 
 
 def main():

@@ -3,11 +3,10 @@
 kernel of each report, its stall reasons side by side in the first report's order, and every
 refusal (exit 2, one line on stderr, no table)."""
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "ncu_stalls.py"
+from script_checks import expect_refusal, run_script
+
 HEADER = ('"ID","Process ID","Kernel Name","gpu__time_duration.sum","smsp__inst_issued.sum",'
           '"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",'
           '"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"\n'
@@ -15,14 +14,7 @@ HEADER = ('"ID","Process ID","Kernel Name","gpu__time_duration.sum","smsp__inst_
 
 
 def run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
-
-
-def expect_refusal(result, text):
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    assert result.stdout == "", result.stdout
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and text in lines[0], result.stderr
+    return run_script("ncu_stalls.py", *args)
 
 
 def main():
