@@ -52,11 +52,6 @@ __global__ void fill_value(float* data, std::size_t count, float value) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device\n");
-    return 77;
-  }
   int total_tokens = 16384;
   bool deterministic = false;
   int generation = 2;
@@ -95,6 +90,11 @@ int main(int argc, char** argv) {
     } else {
       total_tokens = std::atoi(argv[i]);
     }
+  }
+  int count = 0;  // the device after the arguments: a refused one makes no CUDA call
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
   }
   std::printf("%-5s %-6s %-6s %-5s %-3s %10s %9s\n", "hdim", "causal", "seqlen", "batch", "h", "ms", "TFLOP/s");
   for (int head_dim : head_dims) {
