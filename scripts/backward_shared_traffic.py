@@ -32,7 +32,8 @@ CONSUMER_WARPS = 8
 
 
 def operations(head_dim, query_rows, dq_split):
-    """[(operation, bytes through shared memory)] for one query block of both warpgroups."""
+    """[(operation, bytes through shared memory, whether they are wgmma operand reads)] for one
+    query block of both warpgroups."""
     d, m, e, steps_keys = head_dim, query_rows, ELEMENT_BYTES, KEY_ROWS // 16
     # Per warpgroup and k16 step: A is 64 rows x 16, B is N rows x 16.
     scores = 2 * (d // 16) * 16 * e * (64 + m)                 # S^T (and dP^T): N = M, K = d
@@ -43,30 +44,30 @@ def operations(head_dim, query_rows, dq_split):
         dq = 2 * steps_keys * 16 * e * (m + d // 2)
     rows_reads = CONSUMER_WARPS * 2 * (m // 8) * WAVEFRONT_BYTES
     return [
-        ("S^T = K_j Q_i^T (operands)", scores),
-        ("dP^T = V_j dO_i^T (operands)", scores),
-        ("dV += P^T dO_i (B)", register_a),
-        ("dK += dS^T Q_i (B)", register_a),
-        (f"dQ slice = dS K_j (operands, split by {dq_split})", dq),
-        ("dS^T stored (stmatrix)", KEY_ROWS * m * e),
-        ("dQ slices staged (fp32)", m * d * 4),
-        ("dQ slices read by the bulk reduction", m * d * 4),
-        ("Q_i, dO_i written by TMA", 2 * m * d * e),
-        ("LSE_i, D_i written by TMA", 2 * m * 4),
-        ("LSE_i, D_i read (wavefronts x 128 B)", rows_reads),
+        ("S^T = K_j Q_i^T (operands)", scores, True),
+        ("dP^T = V_j dO_i^T (operands)", scores, True),
+        ("dV += P^T dO_i (B)", register_a, True),
+        ("dK += dS^T Q_i (B)", register_a, True),
+        (f"dQ slice = dS K_j (operands, split by {dq_split})", dq, True),
+        ("dS^T stored (stmatrix)", KEY_ROWS * m * e, False),
+        ("dQ slices staged (fp32)", m * d * 4, False),
+        ("dQ slices read by the bulk reduction", m * d * 4, False),
+        ("Q_i, dO_i written by TMA", 2 * m * d * e, False),
+        ("LSE_i, D_i written by TMA", 2 * m * 4, False),
+        ("LSE_i, D_i read (wavefronts x 128 B)", rows_reads, False),
     ]
 
 
 def report(head_dim, query_rows, dq_split):
     rows = operations(head_dim, query_rows, dq_split)
-    wgmma = sum(b for name, b in rows if "(operands" in name or "(B)" in name)
-    total = sum(b for _, b in rows)
+    wgmma = sum(b for _, b, operand in rows if operand)
+    total = sum(b for _, b, _ in rows)
     flops = 5 * 2 * KEY_ROWS * query_rows * head_dim       # five GEMMs of 128 x M x d
     shared_cycles = total / SHARED_BYTES_PER_CLOCK
     tensor_cycles = flops / TENSOR_FLOPS_PER_CLOCK
     return {
         "head_dim": head_dim, "query_rows": query_rows, "key_rows": KEY_ROWS, "dq_split": dq_split,
-        "operations": [{"operation": name, "bytes": b} for name, b in rows],
+        "operations": [{"operation": name, "bytes": b} for name, b, _ in rows],
         "wgmma_operand_bytes": wgmma, "total_bytes": total, "bytes_per_query_row": total / query_rows,
         "flops": flops, "shared_cycles": shared_cycles, "tensor_cycles": tensor_cycles,
         "shared_over_tensor": shared_cycles / tensor_cycles,
