@@ -7,7 +7,10 @@ of M rows, head dim d, 2-byte elements (FA2 Algorithm 2, lines 11-21):
   S^T = K_j Q_i^T and dP^T = V_j dO_i^T   shared-shared wgmma, both operands read from shared memory
   dV += P^T dO_i and dK += dS^T Q_i       register A, B (dO_i, Q_i) from shared memory
   dQ slice = dS K_j                        shared-shared; split by rows (M = 128, each warpgroup 64
-                                           query rows) or by columns (each warpgroup d / 2 columns)
+                                           query rows) or by columns (each warpgroup d / 2 columns),
+                                           or by turns (M = 64: one warpgroup a step issues the
+                                           whole 64 x d tile, dS read once; the candidate
+                                           docs/bench/patches/fa3_backward_d128_dq_by_turns.patch)
   dS^T stored (stmatrix), the fp32 dQ slices staged and read back by the bulk reduction, Q_i, dO_i,
   LSE_i and D_i written by TMA, LSE_i and D_i read by each warp (one LDS.64 wavefront per 8 rows).
 Assumptions, stated so that they can be checked: a wgmma reads its shared operands once per
@@ -40,6 +43,8 @@ def operations(head_dim, query_rows, dq_split):
     register_a = 2 * (m // 16) * 16 * e * d                    # dV (and dK): B = d x 16 per step
     if dq_split == "rows":                                     # each warpgroup: 64 rows x d
         dq = 2 * steps_keys * 16 * e * (64 + d)
+    elif dq_split == "turns":                                  # one warpgroup: 64 rows x d
+        dq = steps_keys * 16 * e * (m + d)
     else:                                                      # each warpgroup: M rows x d / 2
         dq = 2 * steps_keys * 16 * e * (m + d // 2)
     rows_reads = CONSUMER_WARPS * 2 * (m // 8) * WAVEFRONT_BYTES
@@ -83,7 +88,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head-dim", type=int, required=True, help="multiple of 16 in 16..256")
     parser.add_argument("--query-rows", type=int, required=True, help="multiple of 16 in 16..256 (wgmma N)")
-    parser.add_argument("--dq-split", choices=["rows", "columns"],
+    parser.add_argument("--dq-split", choices=["rows", "columns", "turns"],
                         help="how the warpgroups share dQ (default: rows at 128 query rows, else columns)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     args = parser.parse_args()
@@ -94,6 +99,8 @@ def main():
     split = args.dq_split or ("rows" if args.query_rows == 128 else "columns")
     if split == "rows" and args.query_rows != 128:
         refuse(f"--dq-split rows: needs --query-rows 128 (64 rows a warpgroup), got {args.query_rows}")
+    if split == "turns" and args.query_rows != 64:
+        refuse(f"--dq-split turns: needs --query-rows 64 (one m64 tile), got {args.query_rows}")
     result = report(args.head_dim, args.query_rows, split)
     if args.json:
         print(json.dumps(result, indent=1))

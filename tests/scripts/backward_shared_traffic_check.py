@@ -38,6 +38,11 @@ assert ops["S^T = K_j Q_i^T"] == 49152 and ops["dV += P^T dO_i"] == 32768, ops
 assert ops["dQ slice = dS K_j"] == 65536 and ops["dS^T stored"] == 32768, ops
 assert out["wgmma_operand_bytes"] == 229376, out
 
+# d 128 by turns: one warpgroup reads A (64 x 16 x 2 = 2048) and B (128 x 16 x 2 = 4096) over 8
+# steps of keys: 49152, 16384 fewer than by columns.
+out, ops = traffic("--head-dim", "128", "--query-rows", "64", "--dq-split", "turns")
+assert ops["dQ slice = dS K_j"] == 49152 and out["total_bytes"] == 393728 - 16384, (ops, out)
+
 # The table names the same totals.
 table = run_script("backward_shared_traffic.py", "--head-dim", "128", "--query-rows", "64")
 assert table.returncode == 0 and "| wgmma operands | 262144 |" in table.stdout, table.stdout
@@ -46,4 +51,6 @@ expect_refusal(run_script("backward_shared_traffic.py", "--head-dim", "100", "--
 expect_refusal(run_script("backward_shared_traffic.py", "--head-dim", "128", "--query-rows", "72"), "--query-rows 72")
 expect_refusal(run_script("backward_shared_traffic.py", "--head-dim", "128", "--query-rows", "64", "--dq-split", "rows"),
                "--dq-split rows")
+expect_refusal(run_script("backward_shared_traffic.py", "--head-dim", "64", "--query-rows", "128", "--dq-split", "turns"),
+               "--dq-split turns")
 print("backward_shared_traffic.py: byte counts and refusals as worked out by hand")
