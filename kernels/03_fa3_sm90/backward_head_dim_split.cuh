@@ -4,7 +4,8 @@
 // of P and dS to shared memory, and then each owns half of the head-dim columns of dV_j += P^T
 // dO_i, dK_j += dS^T Q_i and dQ_i = dS K_j (lines 17-21), all operands from shared memory. dQ is
 // added from the registers with 16-byte reductions; in deterministic mode producer warp 1 opens
-// each query block's turn to them. dK_j (scaled) and dV_j leave from registers (line 23).
+// each query block's turn to them, and they fence and publish a step's sums behind the next step's
+// S and dP issue. dK_j (scaled) and dV_j leave from registers (line 23).
 #pragma once
 
 #include "kernels/03_fa3_sm90/backward_pipeline.cuh"
@@ -72,6 +73,13 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
   const int st_row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), st_column = kKeys * group + 8 * (lane / 16);
   const std::int64_t dq_row0 = dq_first_row(w);
 
+  // This thread's dQ sums visible (the fence waits for its reductions), then its warp's arrival:
+  // order_dq_additions passes the turn once all eight warps have arrived.
+  auto publish_sums = [&] {
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&bars.dq_added);
+  };
   if (w.iterations > 0) mbarrier_wait(&bars.kv_full, w.kv_loads & 1);
   RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
@@ -91,6 +99,8 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
     wgmma_fence();
     issue_scores(s, q_k_major, k_keys);
     issue_scores(dp, do_k_major, v_keys);
+    // Deterministic mode: the previous step's sums are fenced and published while S and dP run.
+    if (p.deterministic && it > 0) publish_sums();
     const float lse_r[2] = {lse[row0], lse[row0 + 8]}, delta_r[2] = {delta[row0], delta[row0 + 8]};
     wgmma_wait<1>();
     fence_registers(s);
@@ -179,16 +189,12 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
       red_add_v4_f32(tile + j / 8 * Tile::kDqSliceFloats + dq_slice_index(j % 8, thread, 0),
                      make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
     }
-    if (p.deterministic) {
-      __threadfence();  // this thread's sums are visible before the turn passes
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(&bars.dq_added);
-    }
     wgmma_wait<0>();
     fence_registers(dk), fence_registers(dv);
     __syncwarp();  // every lane's reads of the stage come before the release
     if (lane == 0) mbarrier_arrive(&bars.q_empty[ring.stage]);
   }
+  if (p.deterministic && w.iterations > 0) publish_sums();  // the last step's
   // Every wgmma reading K_j, V_j is done: the walk's next key block may load its own.
   if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
