@@ -29,51 +29,6 @@ __device__ void order_dq_additions(const BackwardParams& p, const KeyBlockWork& 
   }
 }
 
-// Named barriers 4 and 5: warpgroup 0's (1's) dK_j and dV_j are staged (store_dk_dv_staged).
-constexpr int kStagedEpilogueBarrier = 4;
-
-// Line 23 for the head-dim-split consumers: dK_j (times the softmax scale) and dV_j of all 64 keys
-// and this warpgroup's kColumns columns (column0 ..), from its accumulators (a thread's rows
-// 16 warp + g and + 8) through `staging`, 2 x 64 x kColumns elements of shared memory that no wgmma
-// reads any more: packed to T there with 4-byte stores, then written to memory a row's 16-byte
-// chunks by consecutive threads. A row's chunks are swizzled by the row's low three bits, so both
-// the stores (8 rows of one chunk per warp) and the reads (a row's chunks) hit 32 banks. Rows past
-// the keys and columns past the head dim are not written. At d 256 the accumulators' 4-byte
-// stores straight to memory cost more than the trip through shared memory (docs/kernels.md,
-// "dK and dV through shared memory at d 256"); the keys split's store_dk_dv writes straight.
-template <typename T, int kColumns>
-__device__ __forceinline__ void store_dk_dv_staged(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
-                                                   const float (&dv)[kColumns / 2], unsigned char* staging, int group,
-                                                   int column0) {
-  constexpr int kChunks = kColumns / 8, kTensorBytes = 64 * kColumns * kElementBytes;
-  const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
-  auto chunk_at = [&](int tensor, int row, int chunk) {
-    return staging + tensor * kTensorBytes + row * kColumns * kElementBytes + (chunk ^ (row % 8)) * 16;
-  };
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = 16 * warp + g + 8 * r;
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {  // n8 tile i: this thread's columns 8 i + 2 t and + 1
-      *reinterpret_cast<std::uint32_t*>(chunk_at(0, row, i) + 4 * t) =
-          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(chunk_at(1, row, i) + 4 * t) = pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
-    }
-  }
-  named_barrier_sync(kStagedEpilogueBarrier + group, 128);
-  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-  constexpr int kRowsPerPass = 128 / kChunks;
-  const int chunk = thread % kChunks, column = column0 + 8 * chunk;
-#pragma unroll
-  for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
-    const int row = kRowsPerPass * pass + thread / kChunks;
-    if (w.key_begin + row >= w.key_end || column >= p.head_dim) continue;
-    *reinterpret_cast<uint4*>(dk_out + row * p.dk.row_stride + column) = *reinterpret_cast<const uint4*>(chunk_at(0, row, chunk));
-    *reinterpret_cast<uint4*>(dv_out + row * p.dv.row_stride + column) = *reinterpret_cast<const uint4*>(chunk_at(1, row, chunk));
-  }
-}
-
 // The head-dim-split consumers (d 256; backward_tiling.hpp): warpgroup `group` computes S and dP
 // for keys 32 group .. 32 group + 31 of the block (queries as the rows), writes its half of P and
 // dS to shared memory, and once both halves are in, owns columns 128 group .. 128 group + 127 of
@@ -248,7 +203,7 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
   static_assert(!Tile::kPersistent && 2 * kBlockN * kColumns * kElementBytes == Tile::kKVBytes && Tile::kV == Tile::kK + Tile::kKVBytes,
                 "a warpgroup's dK_j and dV_j fit one of K_j and V_j, which no next key block loads over");
   named_barrier_sync(kDsBarrier, 256);
-  store_dk_dv_staged<T, kColumns>(p, w, dk, dv, shared + Tile::kK + group * Tile::kKVBytes, group, kColumns * group);
+  store_dk_dv_staged<T, kColumns>(p, w, dk, dv, shared + Tile::kK + group * Tile::kKVBytes, group, 0, kColumns * group);
 }
 
 }  // namespace flashlab::kernels::fa3

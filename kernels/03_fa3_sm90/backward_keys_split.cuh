@@ -10,7 +10,8 @@
 //     dS K_j arrives in shared memory; one lane adds it to the fp32 accumulator in HBM with one
 //     bulk reduction (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order
 //     after a ticket, warps 1 and 2 taking the query blocks in turn (line 21's dQ_i += dS K_j).
-// dK_j (scaled) and dV_j leave from registers at the end (line 23).
+// dK_j (scaled) and dV_j leave at the end (line 23): through shared memory over K_j and V_j at d 128,
+// from the registers in d 64's persistent walk.
 #pragma once
 
 #include "kernels/03_fa3_sm90/backward_pipeline.cuh"
@@ -253,7 +254,17 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   // Every wgmma reading K_j, V_j is done: the walk's next key block may load its own.
   if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
-  store_dk_dv<T, kHeadDim>(p, w, dk, dv, key_row0, 0, t);  // line 23
+  // Line 23: d 64's persistent walk writes from the registers (its next K_j and V_j may be loading);
+  // else this warpgroup's 64 keys are staged over K_j (warpgroup 0) or V_j (1) once neither
+  // warpgroup's wgmmas read them.
+  if constexpr (Tile::kPersistent) {
+    store_dk_dv<T, kHeadDim>(p, w, dk, dv, key_row0, 0, t);
+  } else {
+    static_assert(2 * 64 * kHeadDim * kElementBytes == Tile::kKVBytes && Tile::kV == Tile::kK + Tile::kKVBytes,
+                  "a warpgroup's dK_j and dV_j fit one of K_j and V_j");
+    named_barrier_sync(kDsBarrier, 256);
+    store_dk_dv_staged<T, kHeadDim>(p, w, dk, dv, shared + Tile::kK + group * Tile::kKVBytes, group, 64 * group, 0);
+  }
 }
 
 }  // namespace flashlab::kernels::fa3

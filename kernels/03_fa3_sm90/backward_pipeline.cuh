@@ -244,9 +244,9 @@ __device__ __forceinline__ void scores_over_head_dim(float (&d)[N / 2], std::uin
   wgmma_commit();
 }
 
-// Line 23: dK_j (times the softmax scale: S = scale Q K^T) and dV_j from a thread's accumulators
-// of kColumns columns from column0 (rows key_row0 and key_row0 + 8 of the key block); rows past
-// the keys and columns past the head dim are not written.
+// Line 23 in d 64's persistent walk: dK_j (times the softmax scale: S = scale Q K^T) and dV_j from
+// a thread's accumulators of kColumns columns from column0 (rows key_row0 and key_row0 + 8 of the
+// key block); rows past the keys and columns past the head dim are not written.
 template <typename T, int kColumns>
 __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
                                             const float (&dv)[kColumns / 2], int key_row0, int column0, int t) {
@@ -265,6 +265,51 @@ __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, const KeyBl
       *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
           pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
     }
+  }
+}
+
+// Named barriers 4 and 5: warpgroup 0's (1's) dK_j and dV_j are staged (store_dk_dv_staged).
+constexpr int kStagedEpilogueBarrier = 4;
+
+// Line 23: dK_j (times the softmax scale) and dV_j of a warpgroup's 64 key rows (row_base ..) and
+// kColumns columns (column0 ..), from its accumulators (a thread's rows 16 warp + g and + 8)
+// through `staging`, 2 x 64 x kColumns elements of shared memory that no wgmma reads any more:
+// packed to T there with 4-byte stores, then written to memory a row's 16-byte chunks by
+// consecutive threads. A row's chunks are swizzled by the row's low three bits, so both the stores
+// (8 rows of one chunk per warp) and the reads (a row's chunks) hit 32 banks. Rows past the keys
+// and columns past the head dim are not written. At d 128 and 256 the trip through shared memory
+// costs less than the accumulators' 4-byte stores straight to memory (docs/kernels.md, "dK and dV
+// through shared memory"); d 64's persistent walk writes straight (store_dk_dv).
+template <typename T, int kColumns>
+__device__ __forceinline__ void store_dk_dv_staged(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
+                                                   const float (&dv)[kColumns / 2], unsigned char* staging, int group,
+                                                   int row_base, int column0) {
+  constexpr int kChunks = kColumns / 8, kTensorBytes = 64 * kColumns * kElementBytes;
+  const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
+  auto chunk_at = [&](int tensor, int row, int chunk) {
+    return staging + tensor * kTensorBytes + row * kColumns * kElementBytes + (chunk ^ (row % 8)) * 16;
+  };
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = 16 * warp + g + 8 * r;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {  // n8 tile i: this thread's columns 8 i + 2 t and + 1
+      *reinterpret_cast<std::uint32_t*>(chunk_at(0, row, i) + 4 * t) =
+          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(chunk_at(1, row, i) + 4 * t) = pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+    }
+  }
+  named_barrier_sync(kStagedEpilogueBarrier + group, 128);
+  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+  constexpr int kRowsPerPass = 128 / kChunks;
+  const int chunk = thread % kChunks, column = column0 + 8 * chunk;
+#pragma unroll
+  for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
+    const int row = kRowsPerPass * pass + thread / kChunks, key = row_base + row;
+    if (w.key_begin + key >= w.key_end || column >= p.head_dim) continue;
+    *reinterpret_cast<uint4*>(dk_out + key * p.dk.row_stride + column) = *reinterpret_cast<const uint4*>(chunk_at(0, row, chunk));
+    *reinterpret_cast<uint4*>(dv_out + key * p.dv.row_stride + column) = *reinterpret_cast<const uint4*>(chunk_at(1, row, chunk));
   }
 }
 
