@@ -198,12 +198,8 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
   // Every wgmma reading K_j, V_j is done: the walk's next key block may load its own.
   if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
-  // Line 23, this warpgroup's columns, staged over K_j (warpgroup 0) and V_j (1) once neither
-  // warpgroup's wgmmas read them.
-  static_assert(!Tile::kPersistent && 2 * kBlockN * kColumns * kElementBytes == Tile::kKVBytes && Tile::kV == Tile::kK + Tile::kKVBytes,
-                "a warpgroup's dK_j and dV_j fit one of K_j and V_j, which no next key block loads over");
-  named_barrier_sync(kDsBarrier, 256);
-  store_dk_dv_staged<T, kColumns>(p, w, dk, dv, shared + Tile::kK + group * Tile::kKVBytes, group, 0, kColumns * group);
+  // Line 23: all 64 keys, this warpgroup's columns.
+  store_dk_dv_staged<T, Tile, kColumns>(p, w, dk, dv, shared, group, 0, kColumns * group);
 }
 
 }  // namespace flashlab::kernels::fa3

@@ -255,15 +255,11 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
   // Line 23: d 64's persistent walk writes from the registers (its next K_j and V_j may be loading);
-  // else this warpgroup's 64 keys are staged over K_j (warpgroup 0) or V_j (1) once neither
-  // warpgroup's wgmmas read them.
+  // else this warpgroup's 64 keys go through shared memory.
   if constexpr (Tile::kPersistent) {
     store_dk_dv<T, kHeadDim>(p, w, dk, dv, key_row0, 0, t);
   } else {
-    static_assert(2 * 64 * kHeadDim * kElementBytes == Tile::kKVBytes && Tile::kV == Tile::kK + Tile::kKVBytes,
-                  "a warpgroup's dK_j and dV_j fit one of K_j and V_j");
-    named_barrier_sync(kDsBarrier, 256);
-    store_dk_dv_staged<T, kHeadDim>(p, w, dk, dv, shared + Tile::kK + group * Tile::kKVBytes, group, 64 * group, 0);
+    store_dk_dv_staged<T, Tile, kHeadDim>(p, w, dk, dv, shared, group, 64 * group, 0);
   }
 }
 

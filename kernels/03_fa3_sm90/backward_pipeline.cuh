@@ -41,8 +41,9 @@ using namespace sm90;
 // Named barrier 1: both consumer warpgroups have written their half of dS^T (head dim split: of
 // P and dS). Named barriers 2 and 3: a deterministic dQ writer has taken an even (odd) step's
 // slices (write_dq). Two, because a named barrier counts threads, not warps: with one, a writer's
-// arrive and its own next sync would complete it without the other writer.
-constexpr int kDsBarrier = 1, kDqWriterBarrier = 2;
+// arrive and its own next sync would complete it without the other writer. Named barriers 4 and
+// 5: warpgroup 0's (1's) dK_j and dV_j are staged (store_dk_dv_staged).
+constexpr int kDsBarrier = 1, kDqWriterBarrier = 2, kStagedEpilogueBarrier = 4;
 
 // Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's 64 x 64 dQ slice sits in
 // the slice: 16 contiguous bytes per (tile, thread), consecutive threads side by side, so the
@@ -268,23 +269,26 @@ __device__ __forceinline__ void store_dk_dv(const BackwardParams& p, const KeyBl
   }
 }
 
-// Named barriers 4 and 5: warpgroup 0's (1's) dK_j and dV_j are staged (store_dk_dv_staged).
-constexpr int kStagedEpilogueBarrier = 4;
-
-// Line 23: dK_j (times the softmax scale) and dV_j of a warpgroup's 64 key rows (row_base ..) and
-// kColumns columns (column0 ..), from its accumulators (a thread's rows 16 warp + g and + 8)
-// through `staging`, 2 x 64 x kColumns elements of shared memory that no wgmma reads any more:
-// packed to T there with 4-byte stores, then written to memory a row's 16-byte chunks by
-// consecutive threads. A row's chunks are swizzled by the row's low three bits, so both the stores
-// (8 rows of one chunk per warp) and the reads (a row's chunks) hit 32 banks. Rows past the keys
-// and columns past the head dim are not written. At d 128 and 256 the trip through shared memory
-// costs less than the accumulators' 4-byte stores straight to memory (docs/kernels.md, "dK and dV
-// through shared memory"); d 64's persistent walk writes straight (store_dk_dv).
-template <typename T, int kColumns>
+// Line 23 in a block that walks one key block: dK_j (times the softmax scale) and dV_j of a
+// warpgroup's 64 key rows (row_base ..) and kColumns columns (column0 ..), from its accumulators
+// (a thread's rows 16 warp + g and + 8) through shared memory. Once both warpgroups are here (so
+// no wgmma reads K_j or V_j any more, and none will load over them), warpgroup 0 packs its values
+// to T over K_j and warpgroup 1 over V_j with 4-byte stores; then each writes them to memory a
+// row's 16-byte chunks by consecutive threads. A row's chunks are swizzled by the row's low three
+// bits, so both the stores (8 rows of one chunk per warp) and the reads (a row's chunks) hit 32
+// banks. Rows past the keys and columns past the head dim are not written. At d 128 and 256 the
+// trip through shared memory costs less than the accumulators' 4-byte stores straight to memory
+// (docs/kernels.md, "dK and dV through shared memory"); d 64's persistent walk writes straight
+// (store_dk_dv).
+template <typename T, class Tile, int kColumns>
 __device__ __forceinline__ void store_dk_dv_staged(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
-                                                   const float (&dv)[kColumns / 2], unsigned char* staging, int group,
+                                                   const float (&dv)[kColumns / 2], unsigned char* shared, int group,
                                                    int row_base, int column0) {
   constexpr int kChunks = kColumns / 8, kTensorBytes = 64 * kColumns * kElementBytes;
+  static_assert(!Tile::kPersistent && 2 * kTensorBytes == Tile::kKVBytes && Tile::kV == Tile::kK + Tile::kKVBytes,
+                "a warpgroup's dK_j and dV_j fit one of K_j and V_j, which no next key block loads over");
+  named_barrier_sync(kDsBarrier, 256);
+  unsigned char* staging = shared + Tile::kK + group * Tile::kKVBytes;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
   auto chunk_at = [&](int tensor, int row, int chunk) {
     return staging + tensor * kTensorBytes + row * kColumns * kElementBytes + (chunk ^ (row % 8)) * 16;
