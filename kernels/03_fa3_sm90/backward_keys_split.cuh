@@ -1,11 +1,12 @@
 // The FA3 backward's keys-split dataflow (d 64 and 128; backward_tiling.hpp), on
 // backward_pipeline.cuh's producer:
 //   two consumer warpgroups, 64 keys each, on wgmma (lines 11-20), S and dP transposed:
-//     S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS), P^T = exp2(S^T scale log2(e) - LSE) with the
-//     mask on boundary blocks only, dV_j += P^T dO_i with P^T from registers (RS) while dS^T =
-//     P^T o (dP^T - D) is formed, dS^T to shared memory (stmatrix) for both warpgroups, then this
-//     warpgroup's dQ slice = dS K_j (SS, dS read MN-major from the transposed tile) and dK_j +=
-//     dS^T Q_i (RS), the slice staged for the dQ writer while dK runs;
+//     S^T = K_j Q_i^T and dP^T = V_j dO_i^T issued together (SS), P^T = exp2(S^T scale log2(e) -
+//     LSE) with the mask on boundary blocks only, dS^T = P^T o (dP^T - D) from the fp32 P^T, dS^T
+//     to shared memory (stmatrix) for both warpgroups, dV_j += P^T dO_i with P^T from registers
+//     (RS; at d 128 issued before dS^T, under it), then this warpgroup's dQ slice = dS K_j (SS, dS
+//     read MN-major from the transposed tile) and dK_j += dS^T Q_i (RS), the slice staged for the
+//     dQ writer while dK runs;
 //   producer warp 1 (and 2 in deterministic mode): dQ: each consumer warpgroup's fp32 slice of
 //     dS K_j arrives in shared memory; one lane adds it to the fp32 accumulator in HBM with one
 //     bulk reduction (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order
@@ -103,10 +104,11 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   const std::uint64_t ds_mn_major = mn_major_descriptor(base + Tile::kDs + a_panel * kBlockN * 128, kBlockN * 128);
   const std::uint64_t k_mn_major = mn_major_descriptor(base + Tile::kK + b_panel * kBlockN * 128, kBlockN * 128);
   constexpr std::uint64_t kQStageStep = Tile::kQBytes >> 4, kDsBufferStep = Tile::kDsBytes >> 4;
-  // With 64 query rows (d 128) the registers hold S^T and dP^T together, and P^T stays in fp32
-  // until dS^T; with 128 (d 64) dP^T is issued once P^T is packed, and dS^T reads P^T back from
-  // the packed A fragments.
-  constexpr bool kScoresTogether = kBlockM == 64, kKeepP = kBlockM == 64;
+  // S^T and dP^T are issued together and P^T stays in fp32 until dS^T. With 64 query rows (d 128)
+  // dV is issued between the exponentials and dS^T; with 128 (d 64) only once dS^T is stored, so
+  // that no wgmma reads its A operand from the registers while the dS^T arithmetic runs
+  // (docs/kernels.md, "dV after dS^T at d 64").
+  constexpr bool kDvAfterDs = kBlockM == 128;
 
   float dk[kHeadDim / 2], dv[kHeadDim / 2];
 #pragma unroll
@@ -141,12 +143,8 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     };
     wgmma_fence();
     issue_scores(s, k_rows, q_k_major);
-    if constexpr (kScoresTogether) issue_scores(dp, v_rows, do_k_major);
-    if constexpr (kScoresTogether) {
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
-    }
+    issue_scores(dp, v_rows, do_k_major);
+    wgmma_wait<1>();  // S^T done; dP^T may still run
     fence_registers(s);
 
     // Lines 12-13: P^T = exp2(S^T scale log2(e) - LSE log2(e)); keys a query must not see, keys
@@ -177,21 +175,26 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       }
     }
     std::uint32_t pf[kBlockM / 16][4];
-    pack_a_operand<T, kBlockM>(s, pf);
-
     // Line 12: dV_j += P^T dO_i.
-    wgmma_fence();
-    if constexpr (!kScoresTogether) issue_scores(dp, v_rows, do_k_major);
+    auto issue_dv = [&] {
+      pack_a_operand<T, kBlockM>(s, pf);
+      wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kBlockM / 16; ++k) {
-      Wgmma<T, kHeadDim>::template rs<1>(dv, pf[k], do_mn_major + stage + ((k * 16 * 128) >> 4), 1);
-    }
-    wgmma_commit();
+      for (int k = 0; k < kBlockM / 16; ++k) {
+        Wgmma<T, kHeadDim>::template rs<1>(dv, pf[k], do_mn_major + stage + ((k * 16 * 128) >> 4), 1);
+      }
+      wgmma_commit();
+    };
+    if constexpr (!kDvAfterDs) issue_dv();
     // D_i, read while dP^T finishes.
     float2 delta_i[kBlockM / 8];
 #pragma unroll
     for (int i = 0; i < kBlockM / 8; ++i) delta_i[i] = *reinterpret_cast<const float2*>(delta + 8 * i + 2 * t);
-    wgmma_wait<1>();  // dP^T done; dV may still run
+    if constexpr (kDvAfterDs) {
+      wgmma_wait<0>();  // dP^T done
+    } else {
+      wgmma_wait<1>();  // dP^T done; dV may still run
+    }
     fence_registers(dp);
 
     // Line 16: dS^T = P^T o (dP^T - D).
@@ -199,10 +202,8 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     for (int i = 0; i < kBlockM / 8; ++i) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const float2 prob = kKeepP ? make_float2(s[4 * i + 2 * r], s[4 * i + 2 * r + 1])
-                                   : unpack2<T>(pf[i / 2][2 * (i % 2) + r]);
-        dp[4 * i + 2 * r] = prob.x * (dp[4 * i + 2 * r] - delta_i[i].x);
-        dp[4 * i + 2 * r + 1] = prob.y * (dp[4 * i + 2 * r + 1] - delta_i[i].y);
+        dp[4 * i + 2 * r] = s[4 * i + 2 * r] * (dp[4 * i + 2 * r] - delta_i[i].x);
+        dp[4 * i + 2 * r + 1] = s[4 * i + 2 * r + 1] * (dp[4 * i + 2 * r + 1] - delta_i[i].y);
       }
     }
     std::uint32_t dsf[kBlockM / 16][4];
@@ -214,6 +215,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     for (int k = 0; k < kBlockM / 16; ++k) {
       stmatrix_x4(ds_tile + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dsf[k][0], dsf[k][1], dsf[k][2], dsf[k][3]);
     }
+    if constexpr (kDvAfterDs) issue_dv();
 
     // Line 20: this warpgroup's dQ slice = dS K_j, once both halves of dS^T are in; issued before
     // line 18's dK_j += dS^T Q_i so that the slice is staged while dK runs.
