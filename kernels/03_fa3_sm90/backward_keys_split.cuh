@@ -11,8 +11,8 @@
 //     dS K_j arrives in shared memory; one lane adds it to the fp32 accumulator in HBM with one
 //     bulk reduction (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order
 //     after a ticket, warps 1 and 2 taking the query blocks in turn (line 21's dQ_i += dS K_j).
-// dK_j (scaled) and dV_j leave at the end (line 23): through shared memory over K_j and V_j at d 128,
-// from the registers in d 64's persistent walk.
+// dK_j (scaled) and dV_j leave at the end (line 23) through shared memory: over K_j and V_j at
+// d 128, over the warpgroup's own rows of dS^T in d 64's persistent walk.
 #pragma once
 
 #include "kernels/03_fa3_sm90/backward_pipeline.cuh"
@@ -256,10 +256,26 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   // Every wgmma reading K_j, V_j is done: the walk's next key block may load its own.
   if (Tile::kPersistent && w.iterations > 0 && lane == 0) mbarrier_arrive(&bars.kv_empty);
 
-  // Line 23: d 64's persistent walk writes from the registers (its next K_j and V_j may be loading);
-  // else this warpgroup's 64 keys go through shared memory.
+  // Line 23 through shared memory. d 64's persistent walk, whose next K_j and V_j may be loading,
+  // stages over this warpgroup's own rows of dS^T buffer 0 with the dS^T stores: dK_j (scaled) as
+  // query panel 0, dV_j as panel 1. The other warpgroup reads those rows only after the next
+  // step's dS^T barrier; this one writes them again only once all its threads have read them.
   if constexpr (Tile::kPersistent) {
-    store_dk_dv<T, kHeadDim>(p, w, dk, dv, key_row0, 0, t);
+    static_assert(2 * kHeadDim <= kBlockM, "dK_j and dV_j fit the query panels of dS^T");
+    named_barrier_sync(kDsBarrier, 256);  // no wgmma reads dS^T any more
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) dk[i] *= p.scale;
+    std::uint32_t dkf[kHeadDim / 16][4], dvf[kHeadDim / 16][4];
+    pack_a_operand<T, kHeadDim>(dk, dkf), pack_a_operand<T, kHeadDim>(dv, dvf);
+#pragma unroll
+    for (int k = 0; k < kHeadDim / 16; ++k) {
+      stmatrix_x4(ds_tile0 + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dkf[k][0], dkf[k][1], dkf[k][2], dkf[k][3]);
+      stmatrix_x4(ds_tile0 + swizzled_offset(ds_row, kHeadDim + 16 * k + ds_column, kBlockN), dvf[k][0], dvf[k][1], dvf[k][2],
+                  dvf[k][3]);
+    }
+    const unsigned char* staged_dk = shared + Tile::kDs + 64 * group * 128;
+    write_staged_dk_dv<T, kHeadDim>(p, w, staged_dk, staged_dk + kBlockN * 128, group, 64 * group, 0);
+    named_barrier_sync(kStagedEpilogueBarrier + group, 128);
   } else {
     store_dk_dv_staged<T, Tile, kHeadDim>(p, w, dk, dv, shared, group, 64 * group, 0);
   }

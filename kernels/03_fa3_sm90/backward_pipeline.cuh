@@ -42,7 +42,7 @@ using namespace sm90;
 // P and dS). Named barriers 2 and 3: a deterministic dQ writer has taken an even (odd) step's
 // slices (write_dq). Two, because a named barrier counts threads, not warps: with one, a writer's
 // arrive and its own next sync would complete it without the other writer. Named barriers 4 and
-// 5: warpgroup 0's (1's) dK_j and dV_j are staged (store_dk_dv_staged).
+// 5: warpgroup 0's (1's) dK_j and dV_j are staged (write_staged_dk_dv).
 constexpr int kDsBarrier = 1, kDqWriterBarrier = 2, kStagedEpilogueBarrier = 4;
 
 // Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's 64 x 64 dQ slice sits in
@@ -245,76 +245,60 @@ __device__ __forceinline__ void scores_over_head_dim(float (&d)[N / 2], std::uin
   wgmma_commit();
 }
 
-// Line 23 in d 64's persistent walk: dK_j (times the softmax scale: S = scale Q K^T) and dV_j from
-// a thread's accumulators of kColumns columns from column0 (rows key_row0 and key_row0 + 8 of the
-// key block); rows past the keys and columns past the head dim are not written.
+// Line 23, from shared memory: a warpgroup's staged dK_j (times the softmax scale: S = scale Q K^T)
+// and dV_j, 64 key rows (row_base ..) of kColumns columns (column0 ..) each, T, a row's 16-byte
+// chunk c at chunk c ^ (row % 8), written to memory a row's chunks by consecutive threads once the
+// whole warpgroup has staged them; rows past the keys and columns past the head dim are not
+// written. The swizzle makes both the staging stores (8 rows of one chunk per warp) and these
+// reads (a row's chunks) hit 32 banks. The trip through shared memory costs less than the
+// accumulators' 4-byte stores straight to memory (docs/kernels.md, "dK and dV through shared memory").
 template <typename T, int kColumns>
-__device__ __forceinline__ void store_dk_dv(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
-                                            const float (&dv)[kColumns / 2], int key_row0, int column0, int t) {
+__device__ __forceinline__ void write_staged_dk_dv(const BackwardParams& p, const KeyBlockWork& w, const unsigned char* staged_dk,
+                                                   const unsigned char* staged_dv, int group, int row_base, int column0) {
+  constexpr int kChunks = kColumns / 8, kRowBytes = kColumns * kElementBytes, kRowsPerPass = 128 / kChunks;
+  named_barrier_sync(kStagedEpilogueBarrier + group, 128);
   T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
   T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
+  const int thread = threadIdx.x % 128, chunk = thread % kChunks, column = column0 + 8 * chunk;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = key_row0 + 8 * r;
-    if (w.key_begin + row >= w.key_end) continue;
-#pragma unroll
-    for (int i = 0; i < kColumns / 8; ++i) {
-      const int column = column0 + 8 * i + 2 * t;
-      if (column >= p.head_dim) continue;
-      *reinterpret_cast<std::uint32_t*>(dk_out + row * p.dk.row_stride + column) =
-          pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(dv_out + row * p.dv.row_stride + column) =
-          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
-    }
+  for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
+    const int row = kRowsPerPass * pass + thread / kChunks, key = row_base + row;
+    if (w.key_begin + key >= w.key_end || column >= p.head_dim) continue;
+    *reinterpret_cast<uint4*>(dk_out + key * p.dk.row_stride + column) =
+        *reinterpret_cast<const uint4*>(staged_dk + row * kRowBytes + (chunk ^ (row % 8)) * 16);
+    *reinterpret_cast<uint4*>(dv_out + key * p.dv.row_stride + column) =
+        *reinterpret_cast<const uint4*>(staged_dv + row * kRowBytes + (chunk ^ (row % 8)) * 16);
   }
 }
 
-// Line 23 in a block that walks one key block: dK_j (times the softmax scale) and dV_j of a
-// warpgroup's 64 key rows (row_base ..) and kColumns columns (column0 ..), from its accumulators
-// (a thread's rows 16 warp + g and + 8) through shared memory. Once both warpgroups are here (so
-// no wgmma reads K_j or V_j any more, and none will load over them), warpgroup 0 packs its values
-// to T over K_j and warpgroup 1 over V_j with 4-byte stores; then each writes them to memory a
-// row's 16-byte chunks by consecutive threads. A row's chunks are swizzled by the row's low three
-// bits, so both the stores (8 rows of one chunk per warp) and the reads (a row's chunks) hit 32
-// banks. Rows past the keys and columns past the head dim are not written. At d 128 and 256 the
-// trip through shared memory costs less than the accumulators' 4-byte stores straight to memory
-// (docs/kernels.md, "dK and dV through shared memory"); d 64's persistent walk writes straight
-// (store_dk_dv).
+// Line 23 in a block that walks one key block: a warpgroup's dK_j and dV_j (its accumulators: a
+// thread's rows 16 warp + g and + 8, columns 8 i + 2 t and + 1) staged with 4-byte stores once
+// both warpgroups are here (so no wgmma reads K_j or V_j any more, and none will load over them):
+// warpgroup 0's over K_j, 1's over V_j; then written by write_staged_dk_dv. (d 64's persistent
+// walk, whose next K_j and V_j may be loading, stages over dS^T instead: backward_keys_split.cuh.)
 template <typename T, class Tile, int kColumns>
 __device__ __forceinline__ void store_dk_dv_staged(const BackwardParams& p, const KeyBlockWork& w, const float (&dk)[kColumns / 2],
                                                    const float (&dv)[kColumns / 2], unsigned char* shared, int group,
                                                    int row_base, int column0) {
-  constexpr int kChunks = kColumns / 8, kTensorBytes = 64 * kColumns * kElementBytes;
+  constexpr int kChunks = kColumns / 8, kRowBytes = kColumns * kElementBytes, kTensorBytes = 64 * kRowBytes;
   static_assert(!Tile::kPersistent && 2 * kTensorBytes == Tile::kKVBytes && Tile::kV == Tile::kK + Tile::kKVBytes,
                 "a warpgroup's dK_j and dV_j fit one of K_j and V_j, which no next key block loads over");
   named_barrier_sync(kDsBarrier, 256);
-  unsigned char* staging = shared + Tile::kK + group * Tile::kKVBytes;
+  unsigned char* staged_dk = shared + Tile::kK + group * Tile::kKVBytes;
+  unsigned char* staged_dv = staged_dk + kTensorBytes;
   const int thread = threadIdx.x % 128, warp = thread / 32, lane = thread % 32, g = lane / 4, t = lane % 4;
-  auto chunk_at = [&](int tensor, int row, int chunk) {
-    return staging + tensor * kTensorBytes + row * kColumns * kElementBytes + (chunk ^ (row % 8)) * 16;
-  };
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = 16 * warp + g + 8 * r;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {  // n8 tile i: this thread's columns 8 i + 2 t and + 1
-      *reinterpret_cast<std::uint32_t*>(chunk_at(0, row, i) + 4 * t) =
+      *reinterpret_cast<std::uint32_t*>(staged_dk + row * kRowBytes + (i ^ (row % 8)) * 16 + 4 * t) =
           pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(chunk_at(1, row, i) + 4 * t) = pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
+      *reinterpret_cast<std::uint32_t*>(staged_dv + row * kRowBytes + (i ^ (row % 8)) * 16 + 4 * t) =
+          pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
     }
   }
-  named_barrier_sync(kStagedEpilogueBarrier + group, 128);
-  T* dk_out = p.dk.as<T>() + p.dk.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-  T* dv_out = p.dv.as<T>() + p.dv.offset(w.sequence.batch, w.sequence.position_k, w.key_begin, w.head_kv);
-  constexpr int kRowsPerPass = 128 / kChunks;
-  const int chunk = thread % kChunks, column = column0 + 8 * chunk;
-#pragma unroll
-  for (int pass = 0; pass < 64 / kRowsPerPass; ++pass) {
-    const int row = kRowsPerPass * pass + thread / kChunks, key = row_base + row;
-    if (w.key_begin + key >= w.key_end || column >= p.head_dim) continue;
-    *reinterpret_cast<uint4*>(dk_out + key * p.dk.row_stride + column) = *reinterpret_cast<const uint4*>(chunk_at(0, row, chunk));
-    *reinterpret_cast<uint4*>(dv_out + key * p.dv.row_stride + column) = *reinterpret_cast<const uint4*>(chunk_at(1, row, chunk));
-  }
+  write_staged_dk_dv<T, kColumns>(p, w, staged_dk, staged_dv, group, row_base, column0);
 }
 
 // ---------------------------------------------------------------------------------------------
