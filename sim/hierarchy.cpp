@@ -241,7 +241,7 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
   HierarchyResult result;
   result.kernel = kernel;
   result.schedule = kernel_schedule(kernel);
-  const bool forward = kernel.direction == "forward", fa1 = kernel.generation == "fa1";
+  const bool forward = kernel.direction == "forward", fa1 = kernel.generation == "fa1", fa3 = kernel.generation == "fa3";
   if (!kernel.l2_sections && kernel.generation != "fa3") {
     refuse("l2_sections = false with the " + kernel.generation + " " + kernel.direction + " kernel; allowed: the fa3 kernels only");
   }
@@ -364,11 +364,12 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
       case TensorId::dO: if (!forward) return {d_o}; break;
       case TensorId::D: if (!forward) return {delta}; break;
       case TensorId::dQ: if (!forward) return {fp32 ? dq_accum : dq}; break;
-      // Both backward rungs store dK_j and dV_j from the mma accumulators, a 4-byte pair per lane:
+      // The FA2 backward stores dK_j and dV_j from the mma accumulators, a 4-byte pair per lane:
       // one warp instruction writes 16 contiguous bytes (an n8 column tile) of each of its rows,
-      // so every 32-byte sector of a row takes two requests.
-      case TensorId::dK: if (!forward) return {dk, 1, 16}; break;
-      case TensorId::dV: if (!forward) return {dv, 1, 16}; break;
+      // so every 32-byte sector of a row takes two requests. The Hopper rung stages them in
+      // shared memory and writes whole rows, 16 bytes a lane: one request per sector.
+      case TensorId::dK: if (!forward) return fa3 ? StoreRequests{dk} : StoreRequests{dk, 1, 16}; break;
+      case TensorId::dV: if (!forward) return fa3 ? StoreRequests{dv} : StoreRequests{dv, 1, 16}; break;
       default: break;
     }
     (void)kind;

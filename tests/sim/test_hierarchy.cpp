@@ -1,8 +1,8 @@
 // The three-level model (sim/l2_cache.hpp, sim/hierarchy.hpp) and its time model
 // (sim/time_model.hpp): the L2 on small cases worked by hand (capacity, LRU order, write-back,
 // write-allocate, atomics, partitions), the kernels' sectors (FA2's LSE, FA1's 4-byte stores, the
-// backward's 16-byte pieces of dK and dV and its reductions, cp.async into padded shared rows), the
-// reduction to the two-level count, concurrency, the launch orders, repeatability, the time model's
+// FA2 backward's 16-byte pieces of dK and dV and the Hopper rung's whole rows, the reductions,
+// cp.async into padded shared rows), the reduction to the two-level count, concurrency, the launch orders, repeatability, the time model's
 // structure and the refusals of bad input.
 #include <algorithm>
 #include <set>
@@ -209,6 +209,9 @@ TEST_CASE("hierarchy: cp.async into padded shared rows fetches the odd rows' sec
   // adds a 64 x 128 fp32 tile of dQ (1024 sectors) by a reduction.
   CHECK(b.l2.sm_to_l2_write_sectors == 2 * 256 * (256 / 16));
   CHECK(b.l2.sm_to_l2_reduction_sectors == 2 * 4 * 1024);
+  // The Hopper rung's backward writes them as whole rows through shared memory: one request per
+  // sector (256 rows x 8 sectors, each of dK and dV).
+  CHECK(run("fa3", "backward", problem_of(1, 1, 256, 128)).l2.sm_to_l2_write_sectors == 2 * 256 * (256 / 32));
   // The FA1 rung loads through registers, the Hopper rung by TMA: each sector once.
   for (const auto& [generation, direction, dtype] :
        {std::tuple{"fa1", "forward", DType::fp16}, {"fa3", "forward", DType::bf16}, {"fa3", "backward", DType::bf16}}) {
