@@ -261,7 +261,8 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   // query panel 0, dV_j as panel 1. The other warpgroup reads those rows only after the next
   // step's dS^T barrier; this one writes them again only once all its threads have read them.
   if constexpr (Tile::kPersistent) {
-    static_assert(2 * kHeadDim <= kBlockM, "dK_j and dV_j fit the query panels of dS^T");
+    static_assert(kHeadDim * kElementBytes == 128 && 2 * kHeadDim <= kBlockM,
+                  "a row of dK_j (dV_j) is a 128-byte row of one query panel of dS^T");
     named_barrier_sync(kDsBarrier, 256);  // no wgmma reads dS^T any more
 #pragma unroll
     for (int i = 0; i < kHeadDim / 2; ++i) dk[i] *= p.scale;
@@ -273,7 +274,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
       stmatrix_x4(ds_tile0 + swizzled_offset(ds_row, kHeadDim + 16 * k + ds_column, kBlockN), dvf[k][0], dvf[k][1], dvf[k][2],
                   dvf[k][3]);
     }
-    const unsigned char* staged_dk = shared + Tile::kDs + 64 * group * 128;
+    const unsigned char* staged_dk = shared + Tile::kDs + 64 * group * 128;  // this warpgroup's 64 rows of panel 0
     write_staged_dk_dv<T, kHeadDim>(p, w, staged_dk, staged_dk + kBlockN * 128, group, 64 * group, 0);
     named_barrier_sync(kStagedEpilogueBarrier + group, 128);
   } else {
