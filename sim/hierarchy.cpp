@@ -242,7 +242,7 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
   result.kernel = kernel;
   result.schedule = kernel_schedule(kernel);
   const bool forward = kernel.direction == "forward", fa1 = kernel.generation == "fa1", fa3 = kernel.generation == "fa3";
-  if (!kernel.l2_sections && kernel.generation != "fa3") {
+  if (!kernel.l2_sections && !fa3) {
     refuse("l2_sections = false with the " + kernel.generation + " " + kernel.direction + " kernel; allowed: the fa3 kernels only");
   }
   if (kernel.deterministic && forward) refuse("deterministic with a forward kernel; allowed: backward kernels only");

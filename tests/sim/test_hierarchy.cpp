@@ -2,8 +2,8 @@
 // (sim/time_model.hpp): the L2 on small cases worked by hand (capacity, LRU order, write-back,
 // write-allocate, atomics, partitions), the kernels' sectors (FA2's LSE, FA1's 4-byte stores, the
 // FA2 backward's 16-byte pieces of dK and dV and the Hopper rung's whole rows, the reductions,
-// cp.async into padded shared rows), the reduction to the two-level count, concurrency, the launch orders, repeatability, the time model's
-// structure and the refusals of bad input.
+// cp.async into padded shared rows), the reduction to the two-level count, concurrency, the launch
+// orders, repeatability, the time model's structure and the refusals of bad input.
 #include <algorithm>
 #include <set>
 #include <string>
