@@ -88,12 +88,18 @@ std::vector<KernelTiling> dispatched_tilings() {
     row.min_shared_limit = kHopperSharedBytes;
     rows.push_back(row);
   });
-  for_each_head_dim<fa3::kBackwardHeadDims>([&]<int kHeadDim>() {
-    using Tile = fa3::BackwardTiling<kHeadDim>;
+  fa3::for_each_backward_instance([&]<int kHeadDim, bool kMaskedVariant>() {
+    using Tile = fa3::BackwardTiling<kHeadDim, kMaskedVariant>;
     rows.push_back({"fa3", "backward", kHeadDim, kHopperSharedBytes, Tile::kBlockM, Tile::kBlockN, Tile::kWarps,
-                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm, 0});
+                    Tile::kStages, Tile::kSharedBytes, kHopperSharedBytes, Tile::kMinBlocksPerSm, 0, kMaskedVariant});
   });
   return rows;
+}
+
+bool takes_masked_variant(const std::string& generation, const std::string& direction, int padded_head_dim, bool diagonal,
+                          bool left_bound, int seqlen_q) {
+  return generation == "fa3" && direction == "backward" &&
+         fa3::backward_masked_variant(padded_head_dim, diagonal, left_bound, seqlen_q);
 }
 
 std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit) {
@@ -101,7 +107,8 @@ std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit) {
   for (const KernelTiling& row : dispatched_tilings()) {
     if (row.min_shared_limit > shared_limit) continue;
     auto same_instance = [&](const KernelTiling& other) {
-      return other.generation == row.generation && other.direction == row.direction && other.head_dim == row.head_dim;
+      return other.generation == row.generation && other.direction == row.direction && other.head_dim == row.head_dim &&
+             other.masked_variant == row.masked_variant;
     };
     const auto existing = std::find_if(picked.begin(), picked.end(), same_instance);
     if (existing == picked.end()) {

@@ -34,6 +34,9 @@ struct KernelTiling {
   // 0 where it copies none that way (FA1 loads through registers, the Hopper rung by TMA). Every
   // such tile starts at a 32-byte boundary of shared memory.
   int async_copy_row_bytes = 0;
+  // A second tiling of the same instance that a launcher takes under some masks (the FA3
+  // backward's d 128 masked variant: 64 query rows instead of 80; takes_masked_variant).
+  bool masked_variant = false;
 };
 
 // Every dispatched tiling: per rung, direction and padded head dim, one per shared budget
@@ -42,9 +45,16 @@ struct KernelTiling {
 std::vector<KernelTiling> dispatched_tilings();
 
 // The tilings a device allowing `shared_limit` bytes per block runs: for each rung, direction
-// and head dim, among those whose min_shared_limit it meets, the one of the widest budget, as the
-// launchers pick it; head dims no tiling fits are left out (the host API refuses them there).
+// and head dim (and masked variant), among those whose min_shared_limit it meets, the one of the
+// widest budget, as the launchers pick it; head dims no tiling fits are left out (the host API
+// refuses them there).
 std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit);
+
+// Whether a launch of this rung and direction at this padded head dim takes the masked variant
+// of its tiling, for a mask with a diagonal (causal, or a right bound) or a left bound and the
+// longest query sequence (the FA3 backward: fa3::backward_masked_variant).
+bool takes_masked_variant(const std::string& generation, const std::string& direction, int padded_head_dim, bool diagonal,
+                          bool left_bound, int seqlen_q);
 
 // The problem as a launch sees it (the fields of algorithms/problem.hpp's Problem that decide the
 // grid), and the launch's choices.

@@ -196,12 +196,15 @@ class StreamRecorder : public TraceSink {
   bool inside_ = false, ended_ = false, failed_ = false;
 };
 
+// The tiling the launcher takes: the padded head dim's, and its masked variant where the
+// problem's mask takes it (kernels::takes_masked_variant).
 const kernels::KernelTiling& kernel_tiling(const std::vector<kernels::KernelTiling>& tilings, const KernelChoice& kernel,
-                                           int head_dim, const Machine& machine) {
+                                           const Problem& problem, const Machine& machine) {
+  const int head_dim = problem.head_dim;
   const kernels::KernelTiling* best = nullptr;
   int largest = 0;
   for (const kernels::KernelTiling& t : tilings) {
-    if (t.generation != kernel.generation || t.direction != kernel.direction) continue;
+    if (t.generation != kernel.generation || t.direction != kernel.direction || t.masked_variant) continue;
     largest = std::max(largest, t.head_dim);
     if (t.head_dim >= head_dim && (!best || t.head_dim < best->head_dim)) best = &t;  // the padded head dim it runs on
   }
@@ -209,6 +212,16 @@ const kernels::KernelTiling& kernel_tiling(const std::vector<kernels::KernelTili
     refuse("head_dim = " + std::to_string(head_dim) + " has no " + kernel.generation + " " + kernel.direction +
            " tiling that fits " + machine.key + "'s " + std::to_string(machine.sram_bytes) +
            " bytes of shared memory per block; allowed: 1.." + std::to_string(largest));
+  }
+  const bool diagonal = problem.mask.causal || problem.mask.window_right >= 0, left_bound = problem.mask.window_left >= 0;
+  if (kernels::takes_masked_variant(kernel.generation, kernel.direction, best->head_dim, diagonal, left_bound,
+                                    problem.seqlen_q)) {
+    for (const kernels::KernelTiling& t : tilings) {
+      if (t.generation == best->generation && t.direction == best->direction && t.head_dim == best->head_dim &&
+          t.masked_variant) {
+        return t;
+      }
+    }
   }
   return *best;
 }
@@ -281,7 +294,7 @@ HierarchyResult run_hierarchy(const KernelChoice& kernel, const Problem& problem
   // The kernel's tiling on this machine, and how many of its blocks an SM holds.
   const std::vector<kernels::KernelTiling> tilings =
       kernels::tilings_for_shared_limit(static_cast<int>(std::min<std::int64_t>(machine.sram_bytes, 1 << 30)));
-  result.tiling = kernel_tiling(tilings, kernel, problem.head_dim, machine);
+  result.tiling = kernel_tiling(tilings, kernel, problem, machine);
   const kernels::KernelTiling& tiling = result.tiling;
   result.sm_count = options.sm_count > 0 ? options.sm_count : gpu.sm_count;
   const std::int64_t threads = std::int64_t{tiling.warps} * 32;

@@ -62,19 +62,20 @@ nlohmann::json to_json(const kernels::KernelTiling& t) {
           {"shared_budget", t.shared_budget}, {"block_rows", t.block_rows}, {"block_cols", t.block_cols},
           {"warps", t.warps},               {"stages", t.stages},         {"shared_bytes", t.shared_bytes},
           {"min_shared_limit", t.min_shared_limit}, {"min_blocks_per_sm", t.min_blocks_per_sm},
-          {"async_copy_row_bytes", t.async_copy_row_bytes}};
+          {"async_copy_row_bytes", t.async_copy_row_bytes}, {"masked_variant", t.masked_variant}};
 }
 
 void print_kernel_tilings(std::ostream& out, const std::vector<kernels::KernelTiling>& tilings) {
   out << std::left << std::setw(5) << "gen" << std::setw(10) << "direction" << std::right << std::setw(5) << "d"
       << std::setw(9) << "budget" << std::setw(8) << "Br x Bc" << std::setw(7) << "warps" << std::setw(8) << "stages"
-      << std::setw(14) << "shared bytes" << "\n";
+      << std::setw(14) << "shared bytes" << "  masks\n";
   for (const kernels::KernelTiling& t : tilings) {
     std::ostringstream blocks;
     blocks << t.block_rows << "x" << t.block_cols;
     out << std::left << std::setw(5) << t.generation << std::setw(10) << t.direction << std::right << std::setw(5)
         << t.head_dim << std::setw(7) << t.shared_budget / 1024 << " K" << std::setw(8) << blocks.str() << std::setw(7)
-        << t.warps << std::setw(8) << t.stages << std::setw(14) << t.shared_bytes << "\n";
+        << t.warps << std::setw(8) << t.stages << std::setw(14) << t.shared_bytes
+        << (t.masked_variant ? "  short walks" : "  any") << "\n";
   }
 }
 

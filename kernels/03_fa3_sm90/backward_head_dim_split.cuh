@@ -87,8 +87,8 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
     const int n = w.first_step + it;  // the step in the block's walk: the parities below
     const int query_begin = step.block * kBlockM;
     const std::uint64_t stage = ring.stage * kQStageStep, buffer = (n % 2) * kBufferStep;
-    const float* lse = rows + ring.stage * 2 * kBlockM;
-    const float* delta = lse + kBlockM;
+    const float* lse = rows + ring.stage * 2 * Tile::kRowsPitch;
+    const float* delta = lse + Tile::kRowsPitch;
     mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
 
     // Lines 11 and 14: S = Q_i K_j^T and dP = dO_i V_j^T, this warpgroup's keys.

@@ -1,7 +1,7 @@
 // FA3-generation backward: the host side. Checks what the kernel can do (refusing any device that
 // is not compute capability 9.0), lays out the workspace, describes Q, K, V and dO to TMA, fills
-// the parameters and dispatches to the instance for the padded head dim and the dtype. The
-// kernels are in backward_kernel.cuh.
+// the parameters and dispatches to the instance for the padded head dim, the mask (d 128's masked
+// variant) and the dtype. The kernels are in backward_kernel.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,7 +13,6 @@
 #include "kernels/attention_api.hpp"
 #include "kernels/common/backward_workspace.hpp"
 #include "kernels/common/constants.hpp"
-#include "kernels/common/dispatch.hpp"
 #include "kernels/common/tma_host.hpp"
 
 namespace flashlab::kernels {
@@ -25,17 +24,23 @@ constexpr int kMaxHeadDim = fa3::kBackwardHeadDims[std::size(fa3::kBackwardHeadD
 
 [[noreturn]] void refuse(const std::string& message) { throw std::invalid_argument(std::string(kName) + ": " + message); }
 
-// The block of the padded head dim: its query rows (the deterministic counters' blocks, the Q and
-// dO boxes), keys (the grid, the K and V boxes), and whether blocks walk key blocks.
+// The instance a problem runs on (its padded head dim and, at d 128, whether its mask takes the
+// masked variant) and that instance's block: query rows (the deterministic counters' blocks, the
+// Q, dO, LSE and D boxes), keys (the grid, the K and V boxes), and whether blocks walk key blocks.
 struct BlockShape {
+  int padded_head_dim;
+  bool masked_variant;
   int rows, keys;
   bool persistent;
 };
-BlockShape block_shape(int padded) {
-  BlockShape shape{0, 0, false};
-  dispatch_head_dim<fa3::kBackwardHeadDims>(padded, [&]<int kHeadDim>() {
-    using Tile = fa3::BackwardTiling<kHeadDim>;
-    shape = {Tile::kBlockM, Tile::kBlockN, Tile::kPersistent};
+BlockShape block_shape(const Problem& problem) {
+  const int padded = fa3::backward_padded_head_dim(problem.head_dim);
+  const bool diagonal = problem.mask.causal || problem.mask.window_right >= 0, left_bound = problem.mask.window_left >= 0;
+  BlockShape shape{padded, fa3::backward_masked_variant(padded, diagonal, left_bound, problem.seqlen_q), 0, 0, false};
+  fa3::for_each_backward_instance([&]<int kHeadDim, bool kMaskedVariant>() {
+    if (kHeadDim != shape.padded_head_dim || kMaskedVariant != shape.masked_variant) return;
+    using Tile = fa3::BackwardTiling<kHeadDim, kMaskedVariant>;
+    shape.rows = Tile::kBlockM, shape.keys = Tile::kBlockN, shape.persistent = Tile::kPersistent;
   });
   return shape;
 }
@@ -43,18 +48,21 @@ BlockShape block_shape(int padded) {
 // The workspace (kernels/common/backward_workspace.hpp); the deterministic counters per query
 // block, and the tile counter where the main kernel is persistent.
 BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool deterministic) {
-  const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  const BlockShape block = block_shape(padded);
-  return backward_workspace_layout(problem, padded, fa2::kDqRowPadding, block.rows, deterministic, kName,
+  const BlockShape block = block_shape(problem);
+  return backward_workspace_layout(problem, block.padded_head_dim, fa2::kDqRowPadding, block.rows, deterministic, kName,
                                    block.persistent ? 1 : 0);
 }
 
 #ifdef FLASHLAB_HAVE_SM90A
 template <typename T>
-void dispatch(int padded, const fa3::BackwardParams& params, cudaStream_t stream) {
-  const bool launched = dispatch_head_dim<fa3::kBackwardHeadDims>(
-      padded, [&]<int kHeadDim>() { fa3::launch_fa3_backward<T, kHeadDim>(params, stream); });
-  if (!launched) throw std::logic_error("fa3_backward: no instance for padded head dim " + std::to_string(padded));
+void dispatch(const BlockShape& block, const fa3::BackwardParams& params, cudaStream_t stream) {
+  bool launched = false;
+  fa3::for_each_backward_instance([&]<int kHeadDim, bool kMaskedVariant>() {
+    if (launched || kHeadDim != block.padded_head_dim || kMaskedVariant != block.masked_variant) return;
+    fa3::launch_fa3_backward<T, kHeadDim, kMaskedVariant>(params, stream);
+    launched = true;
+  });
+  if (!launched) throw std::logic_error("fa3_backward: no instance for padded head dim " + std::to_string(block.padded_head_dim));
 }
 #endif
 
@@ -73,8 +81,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   }
   // TMA: 16-byte aligned tensors, strides in multiples of 16 bytes.
   require_backward_args(problem, args, kName, 16, kChunkElements);
-  const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  const BlockShape block = block_shape(padded);
+  const BlockShape block = block_shape(problem);
   const std::int64_t preprocess_threads =
       static_cast<std::int64_t>(problem.total_rows_q()) * problem.heads_q * fa2::kPreprocessLanesPerRow;
   const std::int64_t key_blocks = (std::int64_t(problem.seqlen_k) + block.keys - 1) / block.keys;
@@ -108,7 +115,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.d_o = args.d_o, p.dq = args.dq, p.dk = args.dk, p.dv = args.dv;
   p.batch = problem.batch;
   p.heads_kv = problem.heads_kv;
-  p.padded_head_dim = padded;
+  p.padded_head_dim = block.padded_head_dim;
   p.total_rows_q = problem.total_rows_q();
   p.rows_pitch = layout.rows_pitch;
   p.scale = static_cast<float>(problem.scale());
@@ -144,9 +151,9 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
                    "fa3_backward workspace memset (counters)");
       }
       if (problem.dtype == DType::bf16) {
-        dispatch<__nv_bfloat16>(padded, p, stream);
+        dispatch<__nv_bfloat16>(block, p, stream);
       } else {
-        dispatch<__half>(padded, p, stream);
+        dispatch<__half>(block, p, stream);
       }
     }
   } catch (...) {

@@ -19,13 +19,14 @@
 
 namespace flashlab::kernels::fa3 {
 
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTiling<kHeadDim>::kMinBlocksPerSm)
+template <typename T, int kHeadDim, bool kMaskedVariant>
+__global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThreads,
+                                  BackwardTiling<kHeadDim, kMaskedVariant>::kMinBlocksPerSm)
     fa3_backward_kernel(const __grid_constant__ BackwardParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tile = BackwardTiling<kHeadDim>;
+  using Tile = BackwardTiling<kHeadDim, kMaskedVariant>;
   static_assert(Tile::kStages <= BackwardBarriers::kMaxStages);
-  static_assert(sizeof(BackwardBarriers) <= 256, "the barriers fit their space");
+  static_assert(sizeof(BackwardBarriers) <= Tile::kBarrierBytes, "the barriers fit their space");
   static_assert(kWalkSlots * sizeof(KeyBlockWork) + Tile::kWarps * sizeof(int) <= Tile::kWalkBytes, "the walk fits its space");
   extern __shared__ unsigned char shared_raw[];
   unsigned char* shared = aligned_shared_base<1024>(shared_raw);
@@ -98,16 +99,20 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim>::kThreads, BackwardTi
 }
 
 // dQ = scale * accumulator, rounded to the dtype, back from the slices to rows (line 21's dQ
-// written out). One block of kConvertThreads per (64 x 64 slice, query block, head, batch): the
-// slice is read in its own order (16 coalesced bytes per thread and load) into a row-major shared
-// tile, then written out 8 columns (16 bytes) per store, each row's 128 bytes by 8 consecutive threads.
+// written out). One block of kConvertThreads per (slice, query block, head, batch): the slice is
+// read in its own order (16 coalesced bytes per thread and load) into a row-major shared tile,
+// then written out 8 columns (16 bytes) per store, each row's 128 bytes by 8 consecutive threads.
 inline constexpr int kConvertThreads = 256;
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kMaskedVariant>
 __global__ void __launch_bounds__(kConvertThreads) fa3_backward_convert_dq_kernel(const BackwardParams p) {
-  using Tile = BackwardTiling<kHeadDim>;
-  constexpr int kPitch = 64 + 8;  // floats per shared row: the float2 stores of a half-warp hit 32 banks
+  using Tile = BackwardTiling<kHeadDim, kMaskedVariant>;
+  constexpr int kSliceRows = Tile::kDqSliceFloats / 64;
+  // Floats per shared row: the float2 stores of a half-warp hit 32 banks (transposed: the 4-byte
+  // stores of a warp, rows 2 (lane % 4) apart).
+  constexpr int kPitch = Tile::kDqTransposed ? 64 + 4 : 64 + 8;
   constexpr int kVectors = Tile::kDqSliceFloats / 4 / kConvertThreads;  // float4 loads per thread
-  __shared__ __align__(16) float rows[64 * kPitch];
+  static_assert(Tile::kDqSliceFloats % (4 * kConvertThreads) == 0, "whole float4 loads per thread");
+  __shared__ __align__(16) float rows[kSliceRows * kPitch];
   const int query_block = blockIdx.x / Tile::kDqSlices, slice = blockIdx.x % Tile::kDqSlices;
   const int head = blockIdx.y, b = blockIdx.z;
   const SequenceView seq = sequence_view(p, b);
@@ -120,18 +125,25 @@ __global__ void __launch_bounds__(kConvertThreads) fa3_backward_convert_dq_kerne
   for (int v = 0; v < kVectors; ++v) values[v] = reinterpret_cast<const float4*>(tile)[v * kConvertThreads + threadIdx.x];
 #pragma unroll
   for (int v = 0; v < kVectors; ++v) {
-    // dq_slice_index: vector (n8 tile, thread) holds rows r and r + 8, columns c and c + 1 of the slice.
+    // dq_slice_index: vector (n8 tile, thread) holds the accumulator's rows a and a + 8, columns c
+    // and c + 1: the slice's rows and columns, or (transposed) its columns and rows.
     const int index = v * kConvertThreads + threadIdx.x, n8_tile = index / 128, thread = index % 128, lane = thread % 32;
-    const int row = 16 * (thread / 32) + lane / 4, column = 8 * n8_tile + 2 * (lane % 4);
-    *reinterpret_cast<float2*>(&rows[row * kPitch + column]) = make_float2(values[v].x, values[v].y);
-    *reinterpret_cast<float2*>(&rows[(row + 8) * kPitch + column]) = make_float2(values[v].z, values[v].w);
+    const int a = 16 * (thread / 32) + lane / 4, c = 8 * n8_tile + 2 * (lane % 4);
+    if constexpr (Tile::kDqTransposed) {
+      rows[c * kPitch + a] = values[v].x, rows[(c + 1) * kPitch + a] = values[v].y;
+      rows[c * kPitch + a + 8] = values[v].z, rows[(c + 1) * kPitch + a + 8] = values[v].w;
+    } else {
+      *reinterpret_cast<float2*>(&rows[a * kPitch + c]) = make_float2(values[v].x, values[v].y);
+      *reinterpret_cast<float2*>(&rows[(a + 8) * kPitch + c]) = make_float2(values[v].z, values[v].w);
+    }
   }
   __syncthreads();
-  // The slice's place in the query block: 64 columns from 64 * slice, or 64 rows from 64 * slice.
+  // The slice's place in the query block: kSliceRows x 64 columns from column 64 * slice, or 64 rows
+  // from row 64 * slice.
   const int row0 = Tile::kDqSplitsColumns ? 0 : 64 * slice, column0 = Tile::kDqSplitsColumns ? 64 * slice : 0;
   T* dq = p.dq.as<T>() + p.dq.offset(seq.batch, seq.position_q, query_begin + row0, head) + column0;
 #pragma unroll
-  for (int chunk = threadIdx.x; chunk < 64 * 8; chunk += kConvertThreads) {
+  for (int chunk = threadIdx.x; chunk < kSliceRows * 8; chunk += kConvertThreads) {
     const int row = chunk / 8, column = 8 * (chunk % 8);
     if (query_begin + row0 + row >= seq.seqlen_q || column0 + column >= p.head_dim) continue;  // head_dim: a multiple of 8
     const float4 low = *reinterpret_cast<const float4*>(&rows[row * kPitch + column]);
@@ -143,7 +155,7 @@ __global__ void __launch_bounds__(kConvertThreads) fa3_backward_convert_dq_kerne
 }
 
 // Launches the three kernels for one instance (backward_instances/).
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kMaskedVariant>
 void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream);
 
 }  // namespace flashlab::kernels::fa3

@@ -4,9 +4,10 @@
 //     S^T = K_j Q_i^T and dP^T = V_j dO_i^T issued together (SS), P^T = exp2(S^T scale log2(e) -
 //     LSE) with the mask on boundary blocks only, dS^T = P^T o (dP^T - D) from the fp32 P^T, dS^T
 //     to shared memory (stmatrix) for both warpgroups, dV_j += P^T dO_i with P^T from registers
-//     (RS; at d 128 issued before dS^T, under it), then this warpgroup's dQ slice = dS K_j (SS, dS
-//     read MN-major from the transposed tile) and dK_j += dS^T Q_i (RS), the slice staged for the
-//     dQ writer while dK runs;
+//     (RS), then this warpgroup's dQ slice = dS K_j (SS, dS read MN-major from the transposed
+//     tile; at d 128, whose 80-row query blocks are no multiple of wgmma's M, the slice
+//     transposed, dQ^T = K_j^T dS^T, from dS stored untransposed by stmatrix .trans) and
+//     dK_j += dS^T Q_i (RS), the slice staged for the dQ writer while dK runs;
 //   producer warp 1 (and 2 in deterministic mode): dQ: each consumer warpgroup's fp32 slice of
 //     dS K_j arrives in shared memory; one lane adds it to the fp32 accumulator in HBM with one
 //     bulk reduction (cp.reduce.async.bulk .add.f32), in deterministic mode in key-block order
@@ -100,15 +101,23 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   // dQ slice = dS K_j: A = dS, MN-major from the dS^T tile (keys as rows, queries contiguous):
   // this warpgroup's 64 queries are panel `group` when the slices split the rows; B = K_j
   // MN-major, its 64 columns panel `group` when they split the columns; k16 step of keys + 2048.
+  // Transposed, dQ^T = K_j^T dS^T: A = the same panel of K_j, MN-major; B = dS, K-major (queries
+  // as rows, keys in 64-column panels), k16 step k at panel k / 4, +32 bytes inside it.
   const int a_panel = Tile::kDqSplitsColumns ? 0 : group, b_panel = Tile::kDqSplitsColumns ? group : 0;
   const std::uint64_t ds_mn_major = mn_major_descriptor(base + Tile::kDs + a_panel * kBlockN * 128, kBlockN * 128);
+  const std::uint64_t ds_k_major = k_major_descriptor(base + Tile::kDs);
   const std::uint64_t k_mn_major = mn_major_descriptor(base + Tile::kK + b_panel * kBlockN * 128, kBlockN * 128);
   constexpr std::uint64_t kQStageStep = Tile::kQBytes >> 4, kDsBufferStep = Tile::kDsBytes >> 4;
-  // S^T and dP^T are issued together and P^T stays in fp32 until dS^T. With 64 query rows (d 128)
-  // dV is issued between the exponentials and dS^T; with 128 (d 64) only once dS^T is stored, so
-  // that no wgmma reads its A operand from the registers while the dS^T arithmetic runs
-  // (docs/kernels.md, "dV after dS^T at d 64").
-  constexpr bool kDvAfterDs = kBlockM == 128;
+  // S^T and dP^T are issued together and P^T stays in fp32 until dS^T. dV is issued once dS^T is
+  // stored, so that no wgmma reads its A operand from the registers while the dS^T arithmetic runs
+  // (docs/kernels.md, "dV after dS^T at d 64"); at 80 rows the packed P^T would not fit beside
+  // the fp32 one. With 64 query rows dV is issued between the exponentials and dS^T.
+  constexpr bool kDvAfterDs = kBlockM != 64;
+  // With 80 rows the LSE_i of a thread's 20 query columns do not fit beside both scores in flight:
+  // each lane holds LSE of queries lane, lane + 32 and lane + 64, and the exponentials fetch
+  // theirs by shuffle.
+  constexpr bool kLseByShuffle = kBlockM == 80;
+  constexpr int kLaneRows = Tile::kRowsPitch / 32;
 
   float dk[kHeadDim / 2], dv[kHeadDim / 2];
 #pragma unroll
@@ -116,7 +125,9 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
 
   // stmatrix's row addresses in the dS^T tile: lanes 8j .. 8j + 7 give the rows of 8 x 8 matrix j
   // of a k16 step (keys + 8 (j % 2), queries + 8 (j / 2): the register order of an A fragment).
-  const int ds_row = 64 * group + 16 * warp + lane % 8 + 8 * (lane / 8 % 2), ds_column = 8 * (lane / 16);
+  // Transposed (.trans) into the dS tile, matrix j's rows are its queries and its columns its keys.
+  const int ds_row = Tile::kDqTransposed ? lane % 8 + 8 * (lane / 16) : 64 * group + 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
+  const int ds_column = Tile::kDqTransposed ? 64 * group + 16 * warp + 8 * (lane / 8 % 2) : 8 * (lane / 16);
   const std::uint32_t ds_tile0 = base + Tile::kDs;
 
   if (w.iterations > 0) mbarrier_wait(&bars.kv_full, w.kv_loads & 1);
@@ -126,15 +137,21 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     const int n = w.first_step + it;  // the step in the block's walk: the parities below
     const int query_begin = step.block * kBlockM;
     const std::uint64_t stage = ring.stage * kQStageStep;
-    const float* lse = rows + ring.stage * 2 * kBlockM;
-    const float* delta = lse + kBlockM;
+    const float* lse = rows + ring.stage * 2 * Tile::kRowsPitch;
+    const float* delta = lse + Tile::kRowsPitch;
     mbarrier_wait(&bars.q_full[ring.stage], ring.phase);
 
-    // LSE_i of this thread's query columns, read before the scores are issued: behind their
-    // operand reads a shared-memory load waits longer than the scores take.
-    float2 lse_i[kBlockM / 8];
+    // LSE_i of this thread's query columns (or of the lane's queries), read before the scores are
+    // issued: behind their operand reads a shared-memory load waits longer than the scores take.
+    float2 lse_i[kLseByShuffle ? 1 : kBlockM / 8];
+    float lse_lane[kLseByShuffle ? kLaneRows : 1];
+    if constexpr (kLseByShuffle) {
 #pragma unroll
-    for (int i = 0; i < kBlockM / 8; ++i) lse_i[i] = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
+      for (int j = 0; j < kLaneRows; ++j) lse_lane[j] = lse[32 * j + lane];  // within kRowsPitch
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBlockM / 8; ++i) lse_i[i] = *reinterpret_cast<const float2*>(lse + 8 * i + 2 * t);
+    }
 
     // Lines 11 and 14: S^T = K_j Q_i^T and dP^T = V_j dO_i^T.
     float s[kBlockM / 2], dp[kBlockM / 2];
@@ -168,10 +185,17 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     }
 #pragma unroll
     for (int i = 0; i < kBlockM / 8; ++i) {
+      float2 row_lse;
+      if constexpr (kLseByShuffle) {  // queries 8 i + 2 t and + 1: lanes 8 (i % 4) + 2 t and + 1, register i / 4
+        row_lse.x = __shfl_sync(0xffffffffu, lse_lane[i / 4], 8 * (i % 4) + 2 * t);
+        row_lse.y = __shfl_sync(0xffffffffu, lse_lane[i / 4], 8 * (i % 4) + 2 * t + 1);
+      } else {
+        row_lse = lse_i[i];
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], p.scale_log2, -lse_i[i].x));
-        s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], p.scale_log2, -lse_i[i].y));
+        s[4 * i + 2 * r] = exp2f(fmaf(s[4 * i + 2 * r], p.scale_log2, -row_lse.x));
+        s[4 * i + 2 * r + 1] = exp2f(fmaf(s[4 * i + 2 * r + 1], p.scale_log2, -row_lse.y));
       }
     }
     std::uint32_t pf[kBlockM / 16][4];
@@ -208,12 +232,17 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     }
     std::uint32_t dsf[kBlockM / 16][4];
     pack_a_operand<T, kBlockM>(dp, dsf);
-    // dS^T to shared memory (buffer n % 2) in the TMA box layout, keys as rows, query panels: one
-    // stmatrix per k16 step.
+    // dS^T to shared memory (buffer n % 2) in the TMA box layout, keys as rows, query panels (dQ
+    // transposed: dS, queries as rows, key panels): one stmatrix per k16 step.
     const std::uint32_t ds_tile = ds_tile0 + (n % 2) * Tile::kDsBytes;
 #pragma unroll
     for (int k = 0; k < kBlockM / 16; ++k) {
-      stmatrix_x4(ds_tile + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dsf[k][0], dsf[k][1], dsf[k][2], dsf[k][3]);
+      if constexpr (Tile::kDqTransposed) {
+        stmatrix_x4_trans(ds_tile + swizzled_offset(16 * k + ds_row, ds_column, kBlockM), dsf[k][0], dsf[k][1], dsf[k][2],
+                          dsf[k][3]);
+      } else {
+        stmatrix_x4(ds_tile + swizzled_offset(ds_row, 16 * k + ds_column, kBlockN), dsf[k][0], dsf[k][1], dsf[k][2], dsf[k][3]);
+      }
     }
     if constexpr (kDvAfterDs) issue_dv();
 
@@ -221,12 +250,18 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     // line 18's dK_j += dS^T Q_i so that the slice is staged while dK runs.
     fence_shared_to_async_proxy();
     named_barrier_sync(kDsBarrier, 256);
-    float dq[32];
+    constexpr int kDqValues = Tile::kDqSliceFloats / 128;  // per thread
+    float dq[kDqValues];
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kBlockN / 16; ++k) {
       const std::uint64_t step16 = (k * 16 * 128) >> 4;
-      Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (n % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
+      if constexpr (Tile::kDqTransposed) {
+        const std::uint64_t ds_step = (k / 4 * kBlockM * 128 + k % 4 * 32) >> 4;
+        Wgmma<T, kBlockM>::template ss<0, 1>(dq, k_mn_major + step16, ds_k_major + (n % 2) * kDsBufferStep + ds_step, k > 0);
+      } else {
+        Wgmma<T, 64>::template ss<1, 1>(dq, ds_mn_major + (n % 2) * kDsBufferStep + step16, k_mn_major + step16, k > 0);
+      }
     }
     wgmma_commit();
 #pragma unroll
@@ -241,7 +276,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     mbarrier_wait(&bars.dq_empty[group], (n & 1) ^ 1);
     float* staged = reinterpret_cast<float*>(shared + Tile::kDqStage + group * Tile::kDqStageBytes);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kDqValues / 4; ++i) {
       *reinterpret_cast<float4*>(staged + dq_slice_index(i, thread, 0)) =
           make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
     }

@@ -1,5 +1,5 @@
-// The launcher behind launch_fa3_backward<T, kHeadDim>: included only by the instance files
-// (backward_instances/, one per padded head dim, both types).
+// The launcher behind launch_fa3_backward<T, kHeadDim, kMaskedVariant>: included only by the
+// instance files (backward_instances/, one per instance of kBackwardInstances, both types).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,9 +14,9 @@
 
 namespace flashlab::kernels::fa3 {
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kMaskedVariant>
 void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
-  using Tile = BackwardTiling<kHeadDim>;
+  using Tile = BackwardTiling<kHeadDim, kMaskedVariant>;
   {  // D = rowsum(dO * O) and LSE in base 2 (the FA2 rung's preprocess)
     const std::int64_t threads = checked_product("fa3_backward: preprocess threads", params.total_rows_q, params.heads_q,
                                                  fa2::kPreprocessLanesPerRow);
@@ -25,7 +25,7 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
     check_cuda(cudaGetLastError(), "fa3_backward preprocess launch");
   }
   {
-    auto* kernel = &fa3_backward_kernel<T, kHeadDim>;
+    auto* kernel = &fa3_backward_kernel<T, kHeadDim, kMaskedVariant>;
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSharedBytes),
                "fa3_backward: cudaFuncSetAttribute(shared memory)");
     // Persistent: a block per SM, or per key block when there are fewer (backward_pipeline.cuh).
@@ -36,15 +36,15 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
   }
   {
     const dim3 grid(params.query_blocks * Tile::kDqSlices, params.heads_q, params.batch);
-    fa3_backward_convert_dq_kernel<T, kHeadDim><<<grid, kConvertThreads, 0, stream>>>(params);
+    fa3_backward_convert_dq_kernel<T, kHeadDim, kMaskedVariant><<<grid, kConvertThreads, 0, stream>>>(params);
     check_cuda(cudaGetLastError(), "fa3_backward convert launch");
   }
 }
 
 }  // namespace flashlab::kernels::fa3
 
-#define FLASHLAB_FA3_BACKWARD_INSTANCE(kHeadDim)                                                                       \
-  template void flashlab::kernels::fa3::launch_fa3_backward<__half, kHeadDim>(                                         \
+#define FLASHLAB_FA3_BACKWARD_INSTANCE(kHeadDim, kMaskedVariant)                                                       \
+  template void flashlab::kernels::fa3::launch_fa3_backward<__half, kHeadDim, kMaskedVariant>(                         \
       const flashlab::kernels::fa3::BackwardParams&, cudaStream_t);                                                    \
-  template void flashlab::kernels::fa3::launch_fa3_backward<__nv_bfloat16, kHeadDim>(                                  \
+  template void flashlab::kernels::fa3::launch_fa3_backward<__nv_bfloat16, kHeadDim, kMaskedVariant>(                  \
       const flashlab::kernels::fa3::BackwardParams&, cudaStream_t);

@@ -26,8 +26,8 @@
 namespace flashlab::kernels::fa3 {
 
 // The FA2 rung's backward parameters (its preprocess reads them) and TMA's view of Q, K, V, dO.
-// The dQ accumulator holds each query block's tile as contiguous 64 x 64 slices (Tile::kDqSlices)
-// in the order the consumers hold them (dq_slice_index).
+// The dQ accumulator holds each query block's tile as contiguous slices of 64 columns or 64 rows
+// (Tile::kDqSlices of Tile::kDqSliceFloats) in the order the consumers hold them (dq_slice_index).
 struct BackwardParams : fa2::BackwardParams {
   CUtensorMap q_map, k_map, v_map, do_map;  // (column, row, head, batch); varlen: one batch of packed rows
   CUtensorMap lse_map, delta_map;           // (workspace row, head) of lse_log2 and delta
@@ -45,8 +45,8 @@ using namespace sm90;
 // 5: warpgroup 0's (1's) dK_j and dV_j are staged (write_staged_dk_dv).
 constexpr int kDsBarrier = 1, kDqWriterBarrier = 2, kStagedEpilogueBarrier = 4;
 
-// Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's 64 x 64 dQ slice sits in
-// the slice: 16 contiguous bytes per (tile, thread), consecutive threads side by side, so the
+// Where value e (0..3) of n8 tile i of thread `thread` of a warpgroup's dQ slice accumulator sits
+// in the slice: 16 contiguous bytes per (tile, thread), consecutive threads side by side, so the
 // staging stores are conflict-free and a staged slice is one contiguous bulk reduction (head dim
 // split: each thread's 16-byte reductions are coalesced).
 __host__ __device__ constexpr int dq_slice_index(int tile, int thread, int e) { return (tile * 128 + thread) * 4 + e; }
@@ -338,9 +338,9 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     // past the sequence read zeros or the next sequence's (finite, or +inf for a row without keys):
     // their scores are masked to -inf, so P = 0 and dS = 0.
     const int workspace_row = static_cast<int>(backward_rows_first_row(w.sequence.first_row_q, w.batch)) + query_begin;
-    float* stage_rows = rows + ring.stage * 2 * kBlockM;
+    float* stage_rows = rows + ring.stage * 2 * Tile::kRowsPitch;
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
-    tma_load_rows(stage_rows + kBlockM, p.delta_map, workspace_row, step.head, full);
+    tma_load_rows(stage_rows + Tile::kRowsPitch, p.delta_map, workspace_row, step.head, full);
     if (it == 0) load_keys();
   }
 }

@@ -7,8 +7,11 @@
 // - d 64 and 128, keys split: kBlockN = 128, each warpgroup owns 64 keys and all head-dim columns
 //   of their dK and dV. It computes S^T = K_j Q_i^T and dP^T = V_j dO_i^T (keys as the rows of the
 //   wgmma tile, so P^T and dS^T are already the register A operands of dV += P^T dO and
-//   dK += dS^T Q). dQ_i = dS K_j is split in two 64 x 64 slices, one per warpgroup: along the
-//   head dim when kBlockM = 64 (d 128), along the rows when kBlockM = 128 (d 64).
+//   dK += dS^T Q). dQ_i = dS K_j is split in two slices, one per warpgroup: along the rows when
+//   kBlockM = 128 (d 64); along the head dim at d 128, whose query blocks are 80 rows (FA3's and
+//   FlashAttention-4's choice there: every shared-memory operand read serves more FLOPs than at
+//   64). 80 is no multiple of wgmma's 64-row M, so at d 128 each warpgroup computes its slice
+//   transposed, dQ_i^T = K_j^T dS^T (its 64 head-dim columns as M, the queries as N).
 // - d 256, head dim split: 64 keys x 256 columns of dK and dV are 256 fp32 registers per thread
 //   of one warpgroup, so each warpgroup owns 128 columns of dK, dV and dQ for all 64 keys instead.
 //   Both then need all of P and dS: each computes S = Q_i K_j^T and dP = dO_i V_j^T for 32 of the
@@ -17,17 +20,25 @@
 //   16-byte reductions: its staging would not fit beside two stages of Q_i and dO_i.
 #pragma once
 
+#include <cstddef>
+#include <iterator>
+#include <utility>
+
 #include "kernels/common/constants.hpp"
 
 namespace flashlab::kernels::fa3 {
 
-template <int kHeadDim_>
+// kMaskedVariant: d 128's second tiling, 64-row query blocks, for masks that leave key blocks
+// short walks (backward_masked_variant below).
+template <int kHeadDim_, bool kMaskedVariant_ = false>
 struct BackwardTiling {
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kMaskedVariant = kMaskedVariant_;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "padded head dims 64, 128 and 256");
+  static_assert(!kMaskedVariant || kHeadDim == 128, "a masked variant at d 128 only");
   static constexpr bool kHeadDimSplit = kHeadDim == 256;  // the second dataflow above
   static constexpr int kBlockN = kHeadDimSplit ? 64 : 128;
-  static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+  static constexpr int kBlockM = kHeadDim == 64 ? 128 : kHeadDim == 128 && !kMaskedVariant ? 80 : 64;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   static constexpr int kWarps = kThreads / kWarpSize;
@@ -37,10 +48,12 @@ struct BackwardTiling {
   static constexpr bool kPersistent = kHeadDim == 64;
   static constexpr int kStages = 2;                     // Q_i, dO_i, LSE_i, D_i of the next block load during this one
   static constexpr int kPanels = kHeadDim / 64;         // 64-column panels of the 128-byte swizzle
-  static constexpr bool kDqSplitsColumns = kBlockM == 64;  // else the two slices split the rows
-  // The fp32 dQ accumulator holds a query block's tile as 64 x 64 slices (along the columns when
-  // kDqSplitsColumns, else along the rows), each in the order dq_slice_index gives.
-  static constexpr int kDqSliceFloats = 64 * 64;
+  static constexpr bool kDqSplitsColumns = kBlockM != 128;  // else the two slices split the rows
+  static constexpr bool kDqTransposed = kBlockM % 64 != 0;  // keys split: dQ_i^T = K_j^T dS^T per slice
+  // The fp32 dQ accumulator holds a query block's tile as slices of 64 columns (kBlockM x 64
+  // floats) when kDqSplitsColumns, else of 64 rows (64 x 64), each in the order dq_slice_index
+  // gives (transposed: its accumulator's rows are the slice's columns).
+  static constexpr int kDqSliceFloats = kDqSplitsColumns && !kHeadDimSplit ? kBlockM * 64 : 64 * 64;
   static constexpr int kDqSlices = kBlockM * kHeadDim / kDqSliceFloats;
   static_assert(kHeadDimSplit || kDqSlices == kConsumerWarpgroups, "keys split: one staged slice per warpgroup");
   // setmaxnreg moves registers from the producer warpgroup to the consumers within the block's
@@ -55,28 +68,57 @@ struct BackwardTiling {
   // Shared memory, bytes from a 1024-byte aligned base.
   static constexpr int kKVBytes = kBlockN * kHeadDim * kElementBytes;  // each of K and V
   static constexpr int kQBytes = kBlockM * kHeadDim * kElementBytes;   // each of Q and dO, per stage
-  static constexpr int kDsBytes = kBlockN * kBlockM * kElementBytes;   // dS^T (head dim split: P, then dS), per buffer (two)
+  static constexpr int kDsBytes = kBlockN * kBlockM * kElementBytes;   // dS^T (dQ transposed: dS; head dim split: P, then dS), per buffer (two)
   static constexpr int kScoreTiles = kHeadDimSplit ? 2 : 1;            // head dim split: P and dS
   static constexpr int kDqStageBytes = kHeadDimSplit ? 0 : kDqSliceFloats * 4;  // per warpgroup
   static constexpr int kK = 0, kV = kK + kKVBytes, kQ = kV + kKVBytes, kDO = kQ + kStages * kQBytes;
   static constexpr int kDs = kDO + kStages * kQBytes, kDqStage = kDs + 2 * kScoreTiles * kDsBytes;
-  static constexpr int kRows = kDqStage + kConsumerWarpgroups * kDqStageBytes;  // LSE_i, D_i: [stage][2][kBlockM] floats
-  static constexpr int kBarriers = kRows + kStages * 2 * kBlockM * 4;
-  static constexpr int kWalk = kBarriers + 256;  // the walk's published key blocks (backward_pipeline.cuh)
-  static constexpr int kWalkBytes = 4 * 160;  // kWalkSlots (2) key blocks and a counter per warp; the kernel asserts it
+  // LSE_i, D_i: [stage][2][kRowsPitch] floats, each row on 128 bytes (where TMA lands them).
+  static constexpr int kRowsPitch = (kBlockM + 31) / 32 * 32;
+  static constexpr int kRows = kDqStage + kConsumerWarpgroups * kDqStageBytes;
+  static constexpr int kBarriers = kRows + kStages * 2 * kRowsPitch * 4;
+  static constexpr int kBarrierBytes = 160;  // the kernel asserts that BackwardBarriers fits
+  static constexpr int kWalk = kBarriers + kBarrierBytes;  // the walk's published key blocks (backward_pipeline.cuh)
+  static constexpr int kWalkBytes = 256;  // kWalkSlots (2) key blocks and a counter per warp; the kernel asserts it
   static constexpr int kSharedBytes = kWalk + kWalkBytes + 1024;  // and the base's alignment
   static_assert(kSharedBytes <= kHopperSharedBytes, "the tiles must fit a Hopper block's shared memory");
-  static_assert(kRows % 128 == 0 && kBlockM * 4 % 128 == 0, "LSE_i and D_i land by TMA on 128-byte boundaries");
+  static_assert(kRows % 128 == 0 && kRowsPitch * 4 % 128 == 0, "LSE_i and D_i land by TMA on 128-byte boundaries");
+  static_assert(kQBytes % 1024 == 0 && kDsBytes % 1024 == 0 && kDs % 1024 == 0 && kBlockM * 128 % 1024 == 0,
+                "the 128-byte swizzle's 1024-byte atoms");
 };
 
-// The padded head dims the kernel is instantiated for (one instance file each); other head dims
-// are refused by name.
+// The padded head dims the kernel is instantiated for; other head dims are refused by name.
 inline constexpr int kBackwardHeadDims[] = {64, 128, 256};
 constexpr int backward_padded_head_dim(int head_dim) {
   for (const int padded : kBackwardHeadDims) {
     if (head_dim <= padded) return padded;
   }
   return 0;
+}
+
+// d 128 takes 80-row query blocks (FA3's and FlashAttention-4's choice without a mask), except
+// where a mask leaves most key blocks a short walk with two or three masked steps in it: a window
+// with a left bound (a key block's walk spans the window), and a diagonal (causal, or a right
+// bound) below kBackwardLongCausal queries. There 80-row blocks crossing the diagonal cost more
+// than the larger tile saves, and the masked variant takes 64 rows (docs/kernels.md, "80-query
+// blocks at d 128, on the fp32 P^T order").
+inline constexpr int kBackwardLongCausal = 8192;
+constexpr bool backward_masked_variant(int padded_head_dim, bool diagonal, bool left_bound, int seqlen_q) {
+  return padded_head_dim == 128 && (left_bound || (diagonal && seqlen_q < kBackwardLongCausal));
+}
+
+// The instances (one file each in backward_instances/): a padded head dim and whether it is the
+// masked variant. visit.template operator()<head_dim, masked_variant>() for each, in order.
+struct BackwardInstance {
+  int head_dim;
+  bool masked_variant;
+};
+inline constexpr BackwardInstance kBackwardInstances[] = {{64, false}, {128, false}, {128, true}, {256, false}};
+template <typename Visit>
+void for_each_backward_instance(Visit&& visit) {
+  [&]<std::size_t... kIndex>(std::index_sequence<kIndex...>) {
+    (visit.template operator()<kBackwardInstances[kIndex].head_dim, kBackwardInstances[kIndex].masked_variant>(), ...);
+  }(std::make_index_sequence<std::size(kBackwardInstances)>());
 }
 
 }  // namespace flashlab::kernels::fa3

@@ -22,6 +22,20 @@ __device__ __forceinline__ void stmatrix_x4(std::uint32_t address, std::uint32_t
 #endif
 }
 
+// stmatrix_x4 with each 8x8 matrix transposed: lane l's two elements of matrix i (its row l / 4,
+// columns 2 (l % 4) and 2 (l % 4) + 1) land in rows 2 (l % 4) and 2 (l % 4) + 1, column l / 4;
+// lanes 8i..8i+7 give the row addresses of the stored (transposed) matrix i.
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t address, std::uint32_t r0, std::uint32_t r1,
+                                                  std::uint32_t r2, std::uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(address), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+#else
+  (void)address, (void)r0, (void)r1, (void)r2, (void)r3;
+#endif
+}
+
 // Four floats added to 16 contiguous bytes of global memory, one vector reduction (no value
 // returned).
 __device__ __forceinline__ void red_add_v4_f32(float* address, float4 value) {

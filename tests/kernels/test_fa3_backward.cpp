@@ -92,6 +92,16 @@ TEST_CASE("FA3 backward kernel: more key blocks and query blocks than one, GQA, 
   varlen.dtype = DType::fp16, varlen.heads_q = 6, varlen.heads_kv = 2, varlen.head_dim = 128, varlen.mask.causal = true;
   set_varlen(varlen, {700, 1, 333, 129, 64}, {700, 5, 333, 1000, 17});
   problems.push_back(varlen);
+  // d 128 under a causal mask with fa3::kBackwardLongCausal queries or more takes the 80-row
+  // tiling (below, the masked variant's 64 rows): both alignments, few keys so that the oracle
+  // stays small (bottom right: the first 7200 queries see no key).
+  Problem long_causal;
+  long_causal.dtype = DType::bf16, long_causal.heads_q = 2, long_causal.heads_kv = 1, long_causal.head_dim = 128;
+  long_causal.seqlen_q = 8200, long_causal.seqlen_k = 333, long_causal.mask.causal = true;
+  long_causal.mask.alignment = CausalAlignment::top_left;
+  problems.push_back(long_causal);
+  long_causal.dtype = DType::fp16, long_causal.seqlen_k = 1000, long_causal.mask.alignment = CausalAlignment::bottom_right;
+  problems.push_back(long_causal);
   for (const bool deterministic : {false, true}) check_problems(problems, deterministic);
 }
 

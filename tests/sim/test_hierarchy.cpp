@@ -227,6 +227,15 @@ TEST_CASE("hierarchy: cp.async into padded shared rows fetches the odd rows' sec
   CHECK(run_hierarchy(bhsd, p, find_machine("h200")).l2.l2_to_sm_bytes == r.l2.l2_to_sm_bytes);
 }
 
+TEST_CASE("hierarchy: the FA3 backward at d 128 is modelled on the tiling its launcher takes for the mask",
+          "[sim][hierarchy]") {
+  CHECK(run("fa3", "backward", problem_of(1, 2, 2048, 128)).tiling.block_rows == 80);
+  CHECK(run("fa3", "backward", problem_of(1, 2, 2048, 128, DType::bf16, true)).tiling.block_rows == 64);  // masked variant
+  CHECK(run("fa3", "backward", problem_of(1, 2, 2048, 96, DType::bf16, true)).tiling.block_rows == 64);   // pads to 128
+  CHECK(run("fa3", "backward", problem_of(1, 1, 8192, 128, DType::bf16, true)).tiling.block_rows == 80);  // long walks
+  CHECK(run("fa3", "backward", problem_of(1, 2, 2048, 64, DType::bf16, true)).tiling.block_rows == 128);
+}
+
 TEST_CASE("hierarchy: concurrency decides what the L2 catches", "[sim][hierarchy]") {
   // FA2 forward, 4 heads of 1024 rows at d 128: 8 query blocks per head; one head's K and V are
   // 2 x 1024 x 256 B = 512 KB.

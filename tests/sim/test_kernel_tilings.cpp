@@ -64,15 +64,19 @@ const std::vector<Row>& expected_tilings() {
       {"fa3", "forward", 192, kHopperSharedBytes, 128, 112, 12, 2, 128 * 384 + 4 * 112 * 384 + 2048},  // O over Q
       {"fa3", "forward", 256, kHopperSharedBytes, 128, 80, 12, 2, 128 * 512 + 4 * 80 * 512 + 2048},    // O over Q
       // The FA3 backward: K and V, two stages of Q and dO, two dS^T buffers (128 keys x query
-      // block), two fp32 dQ slices of 64 x 64, two stages of LSE and D rows, the barriers (256),
-      // the persistent walk's published key blocks (640) and the alignment (1024).
+      // block), two fp32 dQ slices (64 x 64; at d 128 80 query rows x 64 columns), two stages of
+      // LSE and D rows (each on 128 bytes: 96 floats for 80 rows), the barriers (160), the
+      // persistent walk's published key blocks (256) and the alignment (1024).
       {"fa3", "backward", 64, kHopperSharedBytes, 128, 128, 12, 2,
-       2 * 128 * 128 + 4 * 128 * 128 + 2 * 128 * 256 + 2 * 64 * 64 * 4 + 2 * 2 * 128 * 4 + 1920},
+       2 * 128 * 128 + 4 * 128 * 128 + 2 * 128 * 256 + 2 * 64 * 64 * 4 + 2 * 2 * 128 * 4 + 1440},
+      {"fa3", "backward", 128, kHopperSharedBytes, 80, 128, 12, 2,
+       2 * 128 * 256 + 4 * 80 * 256 + 2 * 128 * 160 + 2 * 80 * 64 * 4 + 2 * 2 * 96 * 4 + 1440},
+      // d 128's masked variant: 64-row query blocks.
       {"fa3", "backward", 128, kHopperSharedBytes, 64, 128, 12, 2,
-       2 * 128 * 256 + 4 * 64 * 256 + 2 * 128 * 128 + 2 * 64 * 64 * 4 + 2 * 2 * 64 * 4 + 1920},
+       2 * 128 * 256 + 4 * 64 * 256 + 2 * 128 * 128 + 2 * 64 * 64 * 4 + 2 * 2 * 64 * 4 + 1440},
       // d 256 splits the head dim: 64 keys, two buffers of P and dS (64 x 64 each), no dQ staging.
       {"fa3", "backward", 256, kHopperSharedBytes, 64, 64, 12, 2,
-       2 * 64 * 512 + 4 * 64 * 512 + 2 * 2 * 64 * 128 + 2 * 2 * 64 * 4 + 1920},
+       2 * 64 * 512 + 4 * 64 * 512 + 2 * 2 * 64 * 128 + 2 * 2 * 64 * 4 + 1440},
   };
   return rows;
 }
@@ -109,7 +113,7 @@ TEST_CASE("kernel tilings: a device runs the tiling of the widest budget that fi
     return found;
   };
   const auto hopper = flashlab::kernels::tilings_for_shared_limit(kHopperSharedBytes);
-  CHECK(hopper.size() == 2 + 8 + 6 + 5 + 3);
+  CHECK(hopper.size() == 2 + 8 + 6 + 5 + 4);
   CHECK(find(hopper, "fa2", "forward", 128) ==
         std::vector<Row>{{"fa2", "forward", 128, kHopperSharedBytes, 128, 64, 4, 2, 104448}});
   CHECK(find(hopper, "fa2", "forward", 256) ==
@@ -128,4 +132,26 @@ TEST_CASE("kernel tilings: a device runs the tiling of the widest budget that fi
   // Turing's 64 KB: the FA1 rung only.
   const auto turing = flashlab::kernels::tilings_for_shared_limit(kTuringSharedBytes);
   CHECK(rows_of(turing) == std::vector<Row>(expected_tilings().begin(), expected_tilings().begin() + 2));
+}
+
+TEST_CASE("kernel tilings: the FA3 backward's d 128 takes its masked variant where a mask leaves short walks",
+          "[sim][kernel_tilings]") {
+  using flashlab::kernels::takes_masked_variant;
+  int masked_rows = 0;
+  for (const KernelTiling& t : flashlab::kernels::dispatched_tilings()) {
+    if (!t.masked_variant) continue;
+    ++masked_rows;
+    CHECK(row(t) == Row{"fa3", "backward", 128, kHopperSharedBytes, 64, 128, 12, 2, t.shared_bytes});
+  }
+  CHECK(masked_rows == 1);
+  // (generation, direction, padded head dim, diagonal, left bound, seqlen_q)
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, false, false, 2048));  // no mask: 80 rows
+  CHECK(takes_masked_variant("fa3", "backward", 128, true, false, 2048));         // causal, short walks
+  CHECK(takes_masked_variant("fa3", "backward", 128, true, false, 8191));
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, true, false, 8192));   // causal, long walks
+  CHECK(takes_masked_variant("fa3", "backward", 128, false, true, 16384));        // a window's left bound
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 64, true, false, 2048));     // d 64 and 256: one tiling
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 256, false, true, 2048));
+  CHECK_FALSE(takes_masked_variant("fa3", "forward", 128, true, false, 2048));
+  CHECK_FALSE(takes_masked_variant("fa2", "backward", 128, true, false, 2048));
 }
