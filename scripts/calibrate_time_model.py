@@ -14,12 +14,11 @@ row's prediction, ratio and bound, and the median and largest error of each set.
 Measurements (all on the H200; TFLOP/s in the flash-attention convention, turned back into times):
   fa2 forward, fa2 backward, fa1 forward (fp16)   docs/bench/h200_bench.json
   fa3 forward                                     docs/bench/h200_hopper_forward.json
-  fa3 backward                                    docs/bench/h200_fa3_backward_fa4_same_run.json, the
-      column "fa3@bwd_original": the kernel in the tree (docs/kernels.md's table of that run). The
-      constants were first fitted on docs/bench/h200_fa3_backward_shared_space.json, whose d 128
-      column was the kernel before the shared-space change and whose run was slow throughout (its
-      bf16 matmul ceiling 738 TFLOP/s against 783-800 in the other runs); the tree's kernel measured
-      7-11 % faster at d 128 in the later run.
+  fa3 backward                                    docs/bench/h200_fa3_backward_same_run_d128_80_rows.json,
+      column "fa3": the kernel with d 128's 80-row tiling and its masked variant (seqlen 2048, 8192
+      and 16384; docs/kernels.md, "80-query blocks at d 128, on the fp32 P^T order"). Earlier fits
+      took h200_fa3_backward_shared_space.json and h200_fa3_backward_fa4_same_run.json, each the
+      kernel of its day.
 The benchmark passes PyTorch's [batch, heads, seqlen, dim] tensors, so the model runs with the
 bhsd layout.
 
@@ -56,8 +55,7 @@ MEASUREMENTS = {  # FA1 after FA2's forward, whose compute constants it takes
     "fa1_forward": ("fa1", "forward", "h200_bench.json", "fwd", {64: "fa1_fp16", 128: "fa1_fp16"}),
     "fa2_backward": ("fa2", "backward", "h200_bench.json", "bwd", {64: "fa2", 128: "fa2", 256: "fa2"}),
     "fa3_forward": ("fa3", "forward", "h200_hopper_forward.json", "fwd", {64: "fa3", 128: "fa3", 256: "fa3"}),
-    "fa3_backward": ("fa3", "backward", "h200_fa3_backward_fa4_same_run.json", "bwd",
-                     {64: "fa3@bwd_original", 128: "fa3@bwd_original"}),
+    "fa3_backward": ("fa3", "backward", "h200_fa3_backward_same_run_d128_80_rows.json", "bwd", {64: "fa3", 128: "fa3"}),
 }
 # The benchmark median of each kernel on the H200, for the Nsight Compute launches: kernel key ->
 # (file, pass, column); the kernels in the tree when docs/bench/h200_ncu_model.csv was measured.
