@@ -10,8 +10,9 @@
 //   dK += dS^T Q). dQ_i = dS K_j is split in two slices, one per warpgroup: along the rows when
 //   kBlockM = 128 (d 64); along the head dim at d 128, whose query blocks are 80 rows (FA3's and
 //   FlashAttention-4's choice there: every shared-memory operand read serves more FLOPs than at
-//   64). 80 is no multiple of wgmma's 64-row M, so at d 128 each warpgroup computes its slice
-//   transposed, dQ_i^T = K_j^T dS^T (its 64 head-dim columns as M, the queries as N).
+//   64), or 64 in the masked variant. 80 is no multiple of wgmma's 64-row M, so with 80 rows each
+//   warpgroup computes its slice transposed, dQ_i^T = K_j^T dS^T (its 64 head-dim columns as M,
+//   the queries as N).
 // - d 256, head dim split: 64 keys x 256 columns of dK and dV are 256 fp32 registers per thread
 //   of one warpgroup, so each warpgroup owns 128 columns of dK, dV and dQ for all 64 keys instead.
 //   Both then need all of P and dS: each computes S = Q_i K_j^T and dP = dO_i V_j^T for 32 of the
