@@ -96,10 +96,10 @@ std::vector<KernelTiling> dispatched_tilings() {
   return rows;
 }
 
-bool takes_masked_variant(const std::string& generation, const std::string& direction, int padded_head_dim, bool diagonal,
-                          bool left_bound, int seqlen_q) {
+bool takes_masked_variant(const std::string& generation, const std::string& direction, int padded_head_dim, bool causal,
+                          int window_left, int window_right, int seqlen_q) {
   return generation == "fa3" && direction == "backward" &&
-         fa3::backward_masked_variant(padded_head_dim, diagonal, left_bound, seqlen_q);
+         fa3::backward_masked_variant(padded_head_dim, causal, window_left, window_right, seqlen_q);
 }
 
 std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit) {

@@ -51,10 +51,10 @@ std::vector<KernelTiling> dispatched_tilings();
 std::vector<KernelTiling> tilings_for_shared_limit(int shared_limit);
 
 // Whether a launch of this rung and direction at this padded head dim takes the masked variant
-// of its tiling, for a mask with a diagonal (causal, or a right bound) or a left bound and the
+// of its tiling, for the mask's fields (causal, window_left, window_right; -1 unbounded) and the
 // longest query sequence (the FA3 backward: fa3::backward_masked_variant).
-bool takes_masked_variant(const std::string& generation, const std::string& direction, int padded_head_dim, bool diagonal,
-                          bool left_bound, int seqlen_q);
+bool takes_masked_variant(const std::string& generation, const std::string& direction, int padded_head_dim, bool causal,
+                          int window_left, int window_right, int seqlen_q);
 
 // The problem as a launch sees it (the fields of algorithms/problem.hpp's Problem that decide the
 // grid), and the launch's choices.

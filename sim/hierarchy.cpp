@@ -213,9 +213,9 @@ const kernels::KernelTiling& kernel_tiling(const std::vector<kernels::KernelTili
            " tiling that fits " + machine.key + "'s " + std::to_string(machine.sram_bytes) +
            " bytes of shared memory per block; allowed: 1.." + std::to_string(largest));
   }
-  const bool diagonal = problem.mask.causal || problem.mask.window_right >= 0, left_bound = problem.mask.window_left >= 0;
-  if (kernels::takes_masked_variant(kernel.generation, kernel.direction, best->head_dim, diagonal, left_bound,
-                                    problem.seqlen_q)) {
+  const Mask& mask = problem.mask;
+  if (kernels::takes_masked_variant(kernel.generation, kernel.direction, best->head_dim, mask.causal, mask.window_left,
+                                    mask.window_right, problem.seqlen_q)) {
     for (const kernels::KernelTiling& t : tilings) {
       if (t.generation == best->generation && t.direction == best->direction && t.head_dim == best->head_dim &&
           t.masked_variant) {

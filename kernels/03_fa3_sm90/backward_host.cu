@@ -35,10 +35,11 @@ struct BlockShape {
 };
 BlockShape block_shape(const Problem& problem) {
   const int padded = fa3::backward_padded_head_dim(problem.head_dim);
-  const bool diagonal = problem.mask.causal || problem.mask.window_right >= 0, left_bound = problem.mask.window_left >= 0;
-  BlockShape shape{padded, fa3::backward_masked_variant(padded, diagonal, left_bound, problem.seqlen_q), 0, 0, false};
-  fa3::for_each_backward_instance([&]<int kHeadDim, bool kMaskedVariant>() {
-    if (kHeadDim != shape.padded_head_dim || kMaskedVariant != shape.masked_variant) return;
+  const Mask& mask = problem.mask;
+  BlockShape shape{padded,
+                   fa3::backward_masked_variant(padded, mask.causal, mask.window_left, mask.window_right, problem.seqlen_q), 0,
+                   0, false};
+  fa3::visit_backward_instance(shape.padded_head_dim, shape.masked_variant, [&]<int kHeadDim, bool kMaskedVariant>() {
     using Tile = fa3::BackwardTiling<kHeadDim, kMaskedVariant>;
     shape.rows = Tile::kBlockM, shape.keys = Tile::kBlockN, shape.persistent = Tile::kPersistent;
   });
@@ -56,12 +57,10 @@ BackwardWorkspaceLayout workspace_layout(const Problem& problem, bool determinis
 #ifdef FLASHLAB_HAVE_SM90A
 template <typename T>
 void dispatch(const BlockShape& block, const fa3::BackwardParams& params, cudaStream_t stream) {
-  bool launched = false;
-  fa3::for_each_backward_instance([&]<int kHeadDim, bool kMaskedVariant>() {
-    if (launched || kHeadDim != block.padded_head_dim || kMaskedVariant != block.masked_variant) return;
-    fa3::launch_fa3_backward<T, kHeadDim, kMaskedVariant>(params, stream);
-    launched = true;
-  });
+  const bool launched = fa3::visit_backward_instance(block.padded_head_dim, block.masked_variant,
+                                                     [&]<int kHeadDim, bool kMaskedVariant>() {
+                                                       fa3::launch_fa3_backward<T, kHeadDim, kMaskedVariant>(params, stream);
+                                                     });
   if (!launched) throw std::logic_error("fa3_backward: no instance for padded head dim " + std::to_string(block.padded_head_dim));
 }
 #endif

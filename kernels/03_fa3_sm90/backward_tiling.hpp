@@ -98,13 +98,15 @@ constexpr int backward_padded_head_dim(int head_dim) {
 }
 
 // d 128 takes 80-row query blocks (FA3's and FlashAttention-4's choice without a mask), except
-// where a mask leaves most key blocks a short walk with two or three masked steps in it: a window
-// with a left bound (a key block's walk spans the window), and a diagonal (causal, or a right
-// bound) below kBackwardLongCausal queries. There 80-row blocks crossing the diagonal cost more
+// where a mask (the Problem's mask fields: causal, window_left, window_right, -1 unbounded) leaves
+// most key blocks a short walk with two or three masked steps in it: a window with a left bound
+// (a key block's walk spans the window), and a diagonal (causal, or a right bound) below
+// kBackwardLongCausal queries. There 80-row blocks crossing the diagonal cost more
 // than the larger tile saves, and the masked variant takes 64 rows (docs/kernels.md, "80-query
 // blocks at d 128, on the fp32 P^T order").
 inline constexpr int kBackwardLongCausal = 8192;
-constexpr bool backward_masked_variant(int padded_head_dim, bool diagonal, bool left_bound, int seqlen_q) {
+constexpr bool backward_masked_variant(int padded_head_dim, bool causal, int window_left, int window_right, int seqlen_q) {
+  const bool diagonal = causal || window_right >= 0, left_bound = window_left >= 0;
   return padded_head_dim == 128 && (left_bound || (diagonal && seqlen_q < kBackwardLongCausal));
 }
 
@@ -120,6 +122,18 @@ void for_each_backward_instance(Visit&& visit) {
   [&]<std::size_t... kIndex>(std::index_sequence<kIndex...>) {
     (visit.template operator()<kBackwardInstances[kIndex].head_dim, kBackwardInstances[kIndex].masked_variant>(), ...);
   }(std::make_index_sequence<std::size(kBackwardInstances)>());
+}
+// visit.template operator()<head_dim, masked_variant>() for the one instance given, if the list
+// has it; returns whether it did.
+template <typename Visit>
+bool visit_backward_instance(int head_dim, bool masked_variant, Visit&& visit) {
+  bool visited = false;
+  for_each_backward_instance([&]<int kHeadDim, bool kMaskedVariant>() {
+    if (visited || kHeadDim != head_dim || kMaskedVariant != masked_variant) return;
+    visit.template operator()<kHeadDim, kMaskedVariant>();
+    visited = true;
+  });
+  return visited;
 }
 
 }  // namespace flashlab::kernels::fa3

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kernels/03_fa3_sm90/backward_tiling.hpp"
 #include "kernels/common/constants.hpp"
 #include "kernels/tilings.hpp"
 
@@ -144,14 +145,30 @@ TEST_CASE("kernel tilings: the FA3 backward's d 128 takes its masked variant whe
     CHECK(row(t) == Row{"fa3", "backward", 128, kHopperSharedBytes, 64, 128, 12, 2, t.shared_bytes});
   }
   CHECK(masked_rows == 1);
-  // (generation, direction, padded head dim, diagonal, left bound, seqlen_q)
-  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, false, false, 2048));  // no mask: 80 rows
-  CHECK(takes_masked_variant("fa3", "backward", 128, true, false, 2048));         // causal, short walks
-  CHECK(takes_masked_variant("fa3", "backward", 128, true, false, 8191));
-  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, true, false, 8192));   // causal, long walks
-  CHECK(takes_masked_variant("fa3", "backward", 128, false, true, 16384));        // a window's left bound
-  CHECK_FALSE(takes_masked_variant("fa3", "backward", 64, true, false, 2048));     // d 64 and 256: one tiling
-  CHECK_FALSE(takes_masked_variant("fa3", "backward", 256, false, true, 2048));
-  CHECK_FALSE(takes_masked_variant("fa3", "forward", 128, true, false, 2048));
-  CHECK_FALSE(takes_masked_variant("fa2", "backward", 128, true, false, 2048));
+  // (generation, direction, padded head dim, causal, window_left, window_right, seqlen_q)
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, false, -1, -1, 2048));  // no mask: 80 rows
+  CHECK(takes_masked_variant("fa3", "backward", 128, true, -1, -1, 2048));         // causal, short walks
+  CHECK(takes_masked_variant("fa3", "backward", 128, true, -1, -1, 8191));
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, true, -1, -1, 8192));   // causal, long walks
+  CHECK(takes_masked_variant("fa3", "backward", 128, false, -1, 0, 2048));         // a right bound is a diagonal
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 128, false, -1, 0, 8192));
+  CHECK(takes_masked_variant("fa3", "backward", 128, false, 100, -1, 16384));      // a window's left bound
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 64, true, -1, -1, 2048));    // d 64 and 256: one tiling
+  CHECK_FALSE(takes_masked_variant("fa3", "backward", 256, false, 100, -1, 2048));
+  CHECK_FALSE(takes_masked_variant("fa3", "forward", 128, true, -1, -1, 2048));
+  CHECK_FALSE(takes_masked_variant("fa2", "backward", 128, true, -1, -1, 2048));
+  // The launcher's dispatch reaches the instance of the pair it is given, and only listed ones.
+  auto query_rows = [](int head_dim, bool masked_variant) {
+    int rows = 0;
+    const bool visited = flashlab::kernels::fa3::visit_backward_instance(
+        head_dim, masked_variant,
+        [&]<int kHeadDim, bool kMaskedVariant>() { rows = flashlab::kernels::fa3::BackwardTiling<kHeadDim, kMaskedVariant>::kBlockM; });
+    return visited ? rows : -1;
+  };
+  CHECK(query_rows(128, false) == 80);
+  CHECK(query_rows(128, true) == 64);
+  CHECK(query_rows(64, false) == 128);
+  CHECK(query_rows(256, false) == 64);
+  CHECK(query_rows(64, true) == -1);   // no masked variant at d 64
+  CHECK(query_rows(96, false) == -1);  // not a padded head dim
 }
