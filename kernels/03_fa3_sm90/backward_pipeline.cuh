@@ -245,13 +245,20 @@ __device__ __forceinline__ void scores_over_head_dim(float (&d)[N / 2], std::uin
   wgmma_commit();
 }
 
+// Byte `byte` of 16-byte chunk `chunk` of staged row `row` (rows of kRowBytes from `tile`): chunk
+// c at chunk c ^ (row % 8), so that both the staging stores (8 rows of one chunk per warp) and
+// the reads of write_staged_dk_dv (a row's chunks) hit 32 banks.
+template <int kRowBytes, typename Byte>
+__device__ __forceinline__ Byte* staged_chunk(Byte* tile, int row, int chunk, int byte = 0) {
+  return tile + row * kRowBytes + (chunk ^ (row % 8)) * 16 + byte;
+}
+
 // Line 23, from shared memory: a warpgroup's staged dK_j (times the softmax scale: S = scale Q K^T)
 // and dV_j, 64 key rows (row_base ..) of kColumns columns (column0 ..) each, T, a row's 16-byte
-// chunk c at chunk c ^ (row % 8), written to memory a row's chunks by consecutive threads once the
-// whole warpgroup has staged them; rows past the keys and columns past the head dim are not
-// written. The swizzle makes both the staging stores (8 rows of one chunk per warp) and these
-// reads (a row's chunks) hit 32 banks. The trip through shared memory costs less than the
-// accumulators' 4-byte stores straight to memory (docs/kernels.md, "dK and dV through shared memory").
+// chunks placed by staged_chunk, written to memory a row's chunks by consecutive threads
+// once the whole warpgroup has staged them; rows past the keys and columns past the head dim are
+// not written. The trip through shared memory costs less than the accumulators' 4-byte stores
+// straight to memory (docs/kernels.md, "dK and dV through shared memory").
 template <typename T, int kColumns>
 __device__ __forceinline__ void write_staged_dk_dv(const BackwardParams& p, const KeyBlockWork& w, const unsigned char* staged_dk,
                                                    const unsigned char* staged_dv, int group, int row_base, int column0) {
@@ -265,9 +272,9 @@ __device__ __forceinline__ void write_staged_dk_dv(const BackwardParams& p, cons
     const int row = kRowsPerPass * pass + thread / kChunks, key = row_base + row;
     if (w.key_begin + key >= w.key_end || column >= p.head_dim) continue;
     *reinterpret_cast<uint4*>(dk_out + key * p.dk.row_stride + column) =
-        *reinterpret_cast<const uint4*>(staged_dk + row * kRowBytes + (chunk ^ (row % 8)) * 16);
+        *reinterpret_cast<const uint4*>(staged_chunk<kRowBytes>(staged_dk, row, chunk));
     *reinterpret_cast<uint4*>(dv_out + key * p.dv.row_stride + column) =
-        *reinterpret_cast<const uint4*>(staged_dv + row * kRowBytes + (chunk ^ (row % 8)) * 16);
+        *reinterpret_cast<const uint4*>(staged_chunk<kRowBytes>(staged_dv, row, chunk));
   }
 }
 
@@ -292,9 +299,9 @@ __device__ __forceinline__ void store_dk_dv_staged(const BackwardParams& p, cons
     const int row = 16 * warp + g + 8 * r;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {  // n8 tile i: this thread's columns 8 i + 2 t and + 1
-      *reinterpret_cast<std::uint32_t*>(staged_dk + row * kRowBytes + (i ^ (row % 8)) * 16 + 4 * t) =
+      *reinterpret_cast<std::uint32_t*>(staged_chunk<kRowBytes>(staged_dk, row, i, 4 * t)) =
           pack2<T>(dk[4 * i + 2 * r] * p.scale, dk[4 * i + 2 * r + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(staged_dv + row * kRowBytes + (i ^ (row % 8)) * 16 + 4 * t) =
+      *reinterpret_cast<std::uint32_t*>(staged_chunk<kRowBytes>(staged_dv, row, i, 4 * t)) =
           pack2<T>(dv[4 * i + 2 * r], dv[4 * i + 2 * r + 1]);
     }
   }
