@@ -57,6 +57,10 @@ MEASUREMENTS = {  # FA1 after FA2's forward, whose compute constants it takes
     "fa3_forward": ("fa3", "forward", "h200_hopper_forward.json", "fwd", {64: "fa3", 128: "fa3", 256: "fa3"}),
     "fa3_backward": ("fa3", "backward", "h200_fa3_backward_same_run_d128_80_rows.json", "bwd", {64: "fa3", 128: "fa3"}),
 }
+# Later runs of a kernel, never fitted (another day's clocks, the kernel of its commit, its
+# tiling unchanged): kernel key -> files in docs/bench with MEASUREMENTS' pass and columns. The
+# model runs on every row with the kernel's constants.
+LATER_RUNS = {"fa3_backward": ["h200_fa3_backward_same_run_7701a58.json"]}
 # The benchmark median of each kernel on the H200, for the Nsight Compute launches: kernel key ->
 # (file, pass, column); the kernels in the tree when docs/bench/h200_ncu_model.csv was measured.
 BENCHMARK_OF = {
@@ -75,8 +79,10 @@ def flops(row, direction):
     return forward * (2.5 if direction == "backward" else 1)
 
 
-def measured_rows(key):
-    generation, direction, name, pass_, columns = MEASUREMENTS[key]
+def measured_rows(key, name=None):
+    """The rows of kernel `key` in its calibration run, or in run `name` (a file in docs/bench)."""
+    generation, direction, fitted_name, pass_, columns = MEASUREMENTS[key]
+    name = name or fitted_name
     with open(os.path.join(BENCH, name)) as file:
         bench = json.load(file)
     rows = []
@@ -244,6 +250,20 @@ def main():
         report[f"{part}_rows"] = len(errors)
     print(f"all kernels: calibration median error {report['calibration_median_error']:.1%} "
           f"({report['calibration_rows']} rows), held out {report['held_out_median_error']:.1%} ({report['held_out_rows']} rows)")
+    report["later_rows"] = []
+    for key, names in LATER_RUNS.items():
+        for name in names:
+            errors = []
+            for row in measured_rows(key, name):
+                problem = sim.problem(seqlen_q=row["seqlen"], head_dim=row["head_dim"], batch=row["batch"],
+                                      heads_q=row["heads"], causal=row["causal"], dtype="bf16")
+                time = sim.hardware_run(row["generation"], problem, direction=row["direction"], layout="bhsd").time(
+                    report["kernels"][key]["constants"])
+                row.update(predicted_seconds=time["seconds"], ratio=time["seconds"] / row["measured_seconds"], bound=time["bound"])
+                report["later_rows"].append(row)
+                errors.append(abs(row["ratio"] - 1))
+            print(f"{key} on a later run, {name} (not fitted): median error {statistics.median(errors):.1%}, "
+                  f"largest {max(errors):.1%} ({len(errors)} rows)")
     report["ncu_rows"] = ncu_rows(sim, {key: k["constants"] for key, k in report["kernels"].items()})
     report["ncu_median_error"] = statistics.median(abs(r["ratio"] - 1) for r in report["ncu_rows"])
     print(f"Nsight Compute launches (not fitted): median error {report['ncu_median_error']:.1%} ({len(report['ncu_rows'])} rows)")
@@ -293,6 +313,19 @@ def markdown(report):
         lines.append(f"| {r['kernel']} | {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | "
                      f"{'calibration' if r['calibration'] else 'held out'} | {r['measured_seconds'] * 1e3:.3f} | "
                      f"{r['predicted_seconds'] * 1e3:.3f} | {r['ratio']:.2f} | {r['bound']} |")
+    lines += ["", "## Later runs (not fitted)", "",
+              "The same kernel timed in a later run (its commit's code, its tiling unchanged, another day's clocks), "
+              "every row predicted with the constants above. Ratio = predicted / measured.", "",
+              "| kernel | run | d | causal | seqlen | measured ms | predicted ms | ratio | bound |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report["later_rows"]:
+        lines.append(f"| {r['kernel']} | {r['source'].split(':')[0]} | {r['head_dim']} | {'yes' if r['causal'] else 'no'} | "
+                     f"{r['seqlen']} | {r['measured_seconds'] * 1e3:.3f} | {r['predicted_seconds'] * 1e3:.3f} | "
+                     f"{r['ratio']:.2f} | {r['bound']} |")
+    if report["later_rows"]:
+        errors = [abs(r["ratio"] - 1) for r in report["later_rows"]]
+        lines += ["", f"Median error on the later runs: {statistics.median(errors):.1%}, largest {max(errors):.1%} "
+                  f"({len(errors)} rows)."]
     lines += ["", "## Nsight Compute launches (not fitted)", "",
               "One launch of each main kernel under Nsight Compute with the clocks unlocked (`--clock-control none`, "
               "`scripts/device_check.sh ncu-model`, docs/bench/h200_ncu_model.csv; d 128, 16 heads, non-causal, the "
