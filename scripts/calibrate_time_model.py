@@ -98,6 +98,14 @@ def measured_rows(key, name=None):
     return rows
 
 
+def benchmark_run(sim, row):
+    """The model's run of a benchmark row (measured_rows): FA1 in fp16, the others in bf16, the
+    benchmark's bhsd layout."""
+    problem = sim.problem(seqlen_q=row["seqlen"], head_dim=row["head_dim"], batch=row["batch"], heads_q=row["heads"],
+                          causal=row["causal"], dtype="fp16" if row["generation"] == "fa1" else "bf16")
+    return sim.hardware_run(row["generation"], problem, direction=row["direction"], layout="bhsd")
+
+
 def nelder_mead(f, x0, steps, iterations=400):
     """Minimises f over R^n from x0 (a plain Nelder-Mead, enough for three or four constants)."""
     points = [list(x0)] + [[x + (steps[i] if j == i else 0) for j, x in enumerate(x0)] for i in range(len(x0))]
@@ -212,12 +220,7 @@ def main():
               "calibration_seqlens": sorted(CALIBRATION_SEQLENS), "kernels": {}, "rows": []}
     for key in MEASUREMENTS:
         rows = measured_rows(key)
-        runs = []
-        for row in rows:
-            dtype = "fp16" if row["generation"] == "fa1" else "bf16"
-            problem = sim.problem(seqlen_q=row["seqlen"], head_dim=row["head_dim"], batch=row["batch"],
-                                  heads_q=row["heads"], causal=row["causal"], dtype=dtype)
-            runs.append(sim.hardware_run(row["generation"], problem, direction=row["direction"], layout="bhsd"))
+        runs = [benchmark_run(sim, row) for row in rows]
         calibration = [(i, r) for i, r in enumerate(rows) if r["calibration"]]
         if key not in refit:
             constants = preset_constants[key]
@@ -255,10 +258,7 @@ def main():
         for name in names:
             errors = []
             for row in measured_rows(key, name):
-                problem = sim.problem(seqlen_q=row["seqlen"], head_dim=row["head_dim"], batch=row["batch"],
-                                      heads_q=row["heads"], causal=row["causal"], dtype="bf16")
-                time = sim.hardware_run(row["generation"], problem, direction=row["direction"], layout="bhsd").time(
-                    report["kernels"][key]["constants"])
+                time = benchmark_run(sim, row).time(report["kernels"][key]["constants"])
                 row.update(predicted_seconds=time["seconds"], ratio=time["seconds"] / row["measured_seconds"], bound=time["bound"])
                 report["later_rows"].append(row)
                 errors.append(abs(row["ratio"] - 1))
