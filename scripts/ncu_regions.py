@@ -12,10 +12,14 @@ pass and its stall reasons. Samples not given a reason in the page's columns are
         [--passes 1048576]
 
 --passes divides each range's executed warp instructions (e.g. the consumer warps' query blocks).
+--max-executions N counts only the instructions executed at most N times (e.g. 12 warps x 2048
+blocks: what runs once per warp and block, a block's start and end). The page may be gzipped
+(a name ending in .gz).
 """
 import argparse
 import collections
 import csv
+import gzip
 import re
 import sys
 
@@ -23,7 +27,7 @@ import sys
 def kernel_rows(path, pattern):
     """The per-instruction rows of the first kernel whose name matches `pattern`."""
     rows, name, header = [], None, None
-    with open(path, newline="") as f:
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         for record in csv.reader(f):
             if record and record[0] == "Kernel Name":
                 if rows:
@@ -51,6 +55,8 @@ def main():
     parser.add_argument("--names", nargs="*", default=[])
     parser.add_argument("--passes", type=float, default=1.0)
     parser.add_argument("--reasons", type=int, default=6, help="stall reasons listed per range")
+    parser.add_argument("--max-executions", type=float, default=None,
+                        help="count only instructions executed at most this many times")
     args = parser.parse_args()
     try:
         bounds = [int(b, 16) for b in args.bounds]
@@ -67,10 +73,13 @@ def main():
     if args.passes <= 0:
         print(f"ncu_regions: --passes = {args.passes:g}; allowed: more than 0", file=sys.stderr)
         sys.exit(2)
+    if args.max_executions is not None and args.max_executions < 0:
+        print(f"ncu_regions: --max-executions = {args.max_executions:g}; allowed: 0 or more", file=sys.stderr)
+        sys.exit(2)
     try:
         rows = kernel_rows(args.csv, args.kernel)
-    except OSError as error:
-        print(f"ncu_regions: {args.csv}: {error.strerror}", file=sys.stderr)
+    except (OSError, EOFError) as error:
+        print(f"ncu_regions: {args.csv}: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
         sys.exit(2)
     if not rows:
         print(f"ncu_regions: no kernel matching '{args.kernel}' in {args.csv}", file=sys.stderr)
@@ -85,6 +94,8 @@ def main():
     for row in rows:
         offset, count = int(row["Address"], 16) - base, number(row["Warp Stall Sampling (All Samples)"])
         total += count
+        if args.max_executions is not None and number(row["Instructions Executed"]) > args.max_executions:
+            continue
         for i in range(ranges):
             if bounds[i] <= offset < bounds[i + 1]:
                 samples[i] += count

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """scripts/ncu_regions.py on a hand-written per-instruction page in Nsight Compute's CSV shape:
 the samples of one kernel summed over address ranges (offsets from its first instruction), the
-instructions per pass, the reasons with the unnamed rest as "other", and every refusal (exit 2,
+instructions per pass, the reasons with the unnamed rest as "other", only the rarely executed
+instructions from a gzipped page, and every refusal (exit 2,
 one line on stderr, no table)."""
+import gzip
 import pathlib
 import tempfile
 
@@ -32,6 +34,16 @@ def main():
         assert rows[2] == "| first | 00000-00020 | 40 | 40.0 % | 4 | mio 17, wait 16, other 7 |", rows
         assert rows[3] == "| 00020-00030 | 00020-00030 | 40 | 40.0 % | 1 | other 40 |", rows
 
+        # Only the instructions executed at most 4 times (the HGMMA and the BRA), from a gzipped page;
+        # the share stays of all the kernel's samples.
+        zipped = pathlib.Path(folder) / "page.csv.gz"
+        zipped.write_bytes(gzip.compress(page.read_bytes()))
+        result = run(str(zipped), "--kernel", "main", "--bounds", "0", "40", "--max-executions", "4")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+        assert "100 stall samples in all" in result.stdout, result.stdout
+        assert rows[2] == "| 00000-00040 | 00000-00040 | 60 | 60.0 % | 8 | other 40, wait 20 |", rows
+
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "zz", "30"), "--bounds must be hex offsets")
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "30", "20"), "at least two increasing offsets")
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "20"), "at least two increasing offsets")
@@ -39,6 +51,8 @@ def main():
                        "allowed: at most one per range (1)")
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "0", "20", "--passes", "0"),
                        "--passes = 0; allowed: more than 0")
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "0", "20", "--max-executions", "-1"),
+                       "--max-executions = -1; allowed: 0 or more")
         expect_refusal(run(str(page), "--kernel", "nothing", "--bounds", "0", "20"), "no kernel matching 'nothing'")
         expect_refusal(run(str(pathlib.Path(folder) / "missing.csv"), "--kernel", "main", "--bounds", "0", "20"),
                        "missing.csv")
