@@ -4,20 +4,24 @@ time per call, for our Hopper backward, cuDNN (SDPA), SDPA flash and FlashAttent
 tensors (bf16, [batch, heads, seqlen, dim], tokens per batch and hidden size as bench_kernels.py).
 
 Each implementation is checked first (its dQ, dK, dV against SDPA flash's, beside cuDNN's own
-difference), then warmed up, then --calls calls run under torch.profiler (CUPTI's kernel and
-memset records); a kernel's time is its summed duration over the calls divided by --calls. "wall"
-is the median CUDA-event time of one call (triton do_bench), so wall minus the kernels' sum is what
-the calls spend between kernels (launch gaps, host work of autograd).
+difference). Then, in each of --rounds interleaved rounds (the implementations in another order
+each round), each is warmed up and timed: "wall" is the median CUDA-event time of one call (triton
+do_bench), and --calls calls run under torch.profiler (CUPTI's kernel and memset records), a
+kernel's time being its summed duration over the calls divided by --calls. A row gives the median
+over the rounds of each, so wall minus the kernels' sum is what the calls spend between kernels
+(launch gaps, host work of autograd), up to the rounds' spread (the row's wall of every round is
+kept in the JSON).
 
 Usage (on the GPU machine, after building the kernels):
   python3 scripts/backward_kernel_times.py --lib build/device/kernels/libflashlab_kernels_c.so \
-      --json out.json --markdown out.md [--seqlens 2048 16384] [--head-dims 64 128]
+      --json out.json --markdown out.md [--seqlens 2048 16384] [--head-dims 64 128] [--rounds 5]
 """
 import argparse
 import collections
 import json
 import os
 import re
+import statistics
 import sys
 
 # PyTorch, Triton and the benchmark's helpers are imported once the arguments are checked
@@ -95,6 +99,31 @@ def backward_calls(lib, q, k, v, do, causal):
     return calls
 
 
+def rotated(names, round_index):
+    """The implementations in round `round_index`'s order: rotated by one a round, so none always runs first."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def interleaved_medians(names, rounds, measure):
+    """measure(name) -> (wall in us, {kernel: us per call}), for every name in each of `rounds` rounds in
+    rotated order. Returns {name: (median wall, the walls round by round, {kernel: median us})}, largest
+    kernel first; a kernel missing from a round's records counts 0 there."""
+    walls = {name: [] for name in names}
+    kernels = {name: [] for name in names}
+    for round_index in range(rounds):
+        for name in rotated(names, round_index):
+            wall, times = measure(name)
+            walls[name].append(wall)
+            kernels[name].append(times)
+    result = {}
+    for name in names:
+        kernel_names = {kernel for times in kernels[name] for kernel in times}
+        medians = {kernel: statistics.median([times.get(kernel, 0.0) for times in kernels[name]]) for kernel in kernel_names}
+        result[name] = (statistics.median(walls[name]), walls[name], dict(sorted(medians.items(), key=lambda item: -item[1])))
+    return result
+
+
 def run(args):
     torch.manual_seed(0)
     lib = bench_kernels.Flashlab(args.lib)
@@ -111,26 +140,52 @@ def run(args):
                 if not args.sdpa_flash:
                     del calls["sdpa_flash"]
                 flops = 2.5 * bench_kernels.flops_forward(b, h, s, d, causal)
-                for name, call in calls.items():
-                    grads = call()
-                    difference = bench_kernels.gradient_difference(grads, reference)
-                    wall_ms = bench_kernels.median_ms(call)
-                    kernels = kernel_times(call, args.calls)
+                differences = {name: bench_kernels.gradient_difference(call(), reference) for name, call in calls.items()}
+                measured = interleaved_medians(
+                    list(calls), args.rounds,
+                    lambda name: (bench_kernels.median_ms(calls[name]) * 1e3, kernel_times(calls[name], args.calls)))
+                for name, (wall_us, walls, kernels) in measured.items():
+                    difference = differences[name]
                     row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "impl": name,
-                           "wall_us": wall_ms * 1e3, "tflops": flops / wall_ms / 1e9, "kernels_us": kernels,
-                           "kernels_sum_us": sum(kernels.values()), "max_abs_diff_vs_sdpa_flash": difference}
+                           "wall_us": wall_us, "wall_us_rounds": walls, "tflops": flops / wall_us / 1e6,
+                           "kernels_us": kernels, "kernels_sum_us": sum(kernels.values()),
+                           "max_abs_diff_vs_sdpa_flash": difference}
                     rows.append(row)
                     print(f"d={d} causal={int(causal)} s={s} {name}: wall {row['wall_us']:.0f} us "
                           f"({row['tflops']:.0f} TFLOP/s), kernels {row['kernels_sum_us']:.0f} us, "
                           f"max diff {max(difference.values()):.1e}", flush=True)
                 del q, k, v, do, calls, reference
-    return {"environment": bench_kernels.environment(" ".join(sys.argv)), "calls_profiled": args.calls, "rows": rows}
+    return {"environment": bench_kernels.environment(" ".join(sys.argv)), "calls_profiled": args.calls,
+            "rounds": args.rounds, "rows": rows}
+
+
+def summary(rows):
+    """One line per implementation and shape: the wall, the largest kernel (the main one), the rest,
+    and the wall and the largest kernel as multiples of ours (fa3) on the same shape."""
+    ours = {(r["head_dim"], r["causal"], r["seqlen"]): r for r in rows if r["impl"] == "fa3"}
+    lines = ["| d | mask | seqlen | implementation | wall | largest kernel | other kernels | wall / ours | largest / ours |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        largest = max(row["kernels_us"].values(), default=0.0)
+        base = ours.get((row["head_dim"], row["causal"], row["seqlen"]))
+        base_largest = max(base["kernels_us"].values(), default=0.0) if base else 0.0
+        wall_ratio = f"{row['wall_us'] / base['wall_us']:.3f}" if base else "-"
+        largest_ratio = f"{largest / base_largest:.3f}" if base and base_largest else "-"
+        lines.append(f"| {row['head_dim']} | {'causal' if row['causal'] else 'none'} | {row['seqlen']} | {row['impl']} | "
+                     f"{row['wall_us']:.1f} | {largest:.1f} | {row['kernels_sum_us'] - largest:.1f} | {wall_ratio} | {largest_ratio} |")
+    return lines
+
+
+def rounds_text(rounds):
+    return f"medians of {rounds} interleaved rounds" if rounds > 1 else "one round"
 
 
 def markdown(result):
     lines = ["# Backward kernels, time per call (us)", "",
-             f"bf16; {result['calls_profiled']} profiled calls per implementation; wall = median CUDA-event time "
-             "of one call; GPU " + result["environment"]["gpu"], ""]
+             f"bf16; {rounds_text(result.get('rounds', 1))}, each of {result['calls_profiled']} profiled calls "
+             "per implementation; wall = median CUDA-event time of one call; GPU "
+             + result["environment"]["gpu"], ""]
+    lines += summary(result["rows"]) + [""]
     for row in result["rows"]:
         lines.append(f"## d {row['head_dim']}, {'causal' if row['causal'] else 'no mask'}, seqlen {row['seqlen']}, "
                      f"batch {row['batch']} x {row['heads']} heads: {row['impl']}")
@@ -151,10 +206,12 @@ def main():
     parser.add_argument("--hidden", type=int, default=2048, help="heads = hidden / head_dim")
     parser.add_argument("--seqlens", type=int, nargs="+", default=[2048, 16384])
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--calls", type=int, default=10, help="profiled calls per implementation")
+    parser.add_argument("--calls", type=int, default=10, help="profiled calls per implementation and round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     parser.add_argument("--sdpa-flash", action="store_true", help="also list SDPA flash's kernels")
     args = parser.parse_args()
-    checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16), ("--calls", args.calls, 1, 1000)]
+    checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16), ("--calls", args.calls, 1, 1000),
+              ("--rounds", args.rounds, 1, 100)]
     checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
     for name, value, low, high in checks:
         if not low <= value <= high:

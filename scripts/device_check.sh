@@ -177,7 +177,8 @@ step_bench() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench --bac
 step_bench_fwd() { run_benchmark $BUILD/kernels/libflashlab_kernels_c.so bench; }
 step_bwd_kernels() {
   # Every kernel one backward call launches, ours beside cuDNN and FlashAttention-4 (after the fa4
-  # step), time per call (scripts/backward_kernel_times.py; BWD_KERNELS_ARGS, e.g. --seqlens 2048).
+  # step), time per call, medians of interleaved rounds (scripts/backward_kernel_times.py;
+  # BWD_KERNELS_ARGS, e.g. --seqlens 2048 --rounds 7).
   PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:${PYTHONPATH:-} \
     python3 scripts/backward_kernel_times.py --lib $BUILD/kernels/libflashlab_kernels_c.so \
     --json "$OUT/bwd_kernels.json" --markdown "$OUT/bwd_kernels.md" ${BWD_KERNELS_ARGS:-} >"$OUT/bwd_kernels.log" 2>&1 \

@@ -17,6 +17,7 @@ def main():
             (["--tokens", "0"], "--tokens 0 is outside [1, 16777216]"),
             (["--hidden", "32"], "--hidden 32 is outside [64, 65536]"),
             (["--calls", "0"], "--calls 0 is outside [1, 1000]"),
+            (["--rounds", "0"], "--rounds 0 is outside [1, 100]"),
             (["--seqlens", "2048", "-1"], "--seqlens -1 is outside [1, 1048576]"),
             (["--head-dims", "96"], "--head-dims 96: give 64, 128 or 256"),
             (["--head-dims", "256", "--hidden", "320"], "--head-dims 256: give 64, 128 or 256, dividing --hidden 320"),

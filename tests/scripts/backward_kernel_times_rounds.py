@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""scripts/backward_kernel_times.py's interleaved rounds, without a GPU: the order of each round
+(rotated by one a round), the medians over the rounds (a kernel missing from a round counted 0),
+and the summary's ratios to ours, against values worked out by hand."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+import backward_kernel_times as times  # noqa: E402  (imports no GPU module at load)
+
+
+def main():
+    failures = []
+
+    def expect(what, got, wanted):
+        if got != wanted:
+            failures.append(f"{what}: got {got!r}, wanted {wanted!r}")
+
+    calls = []
+    walls = {"a": [10.0, 30.0, 20.0, 40.0], "b": [5.0, 5.0, 9.0, 1.0], "c": [7.0, 8.0, 9.0, 10.0]}
+    kernels = {"a": [{"main": 5.0, "small": 1.0}, {"main": 7.0}, {"main": 6.0, "small": 3.0}, {"main": 100.0, "small": 2.0}],
+               "b": [{"k": 1.0}] * 4, "c": [{"k": 2.0}] * 4}
+    seen = {"a": 0, "b": 0, "c": 0}
+
+    def measure(name):
+        calls.append(name)
+        index = seen[name]
+        seen[name] += 1
+        return walls[name][index], kernels[name][index]
+
+    result = times.interleaved_medians(["a", "b", "c"], 4, measure)
+    expect("call order", "".join(calls), "abc" + "bca" + "cab" + "abc")
+    expect("a's wall", result["a"][0], 25.0)  # median of 10, 30, 20, 40
+    expect("a's walls", result["a"][1], [10.0, 30.0, 20.0, 40.0])
+    expect("a's kernels", result["a"][2], {"main": 6.5, "small": 1.5})  # small: 1, 0, 3, 2
+    expect("a's kernel order", list(result["a"][2]), ["main", "small"])
+    expect("b's wall", result["b"][0], 5.0)  # median of 5, 5, 9, 1
+    expect("one round", times.interleaved_medians(["x"], 1, lambda name: (3.0, {"k": 2.0})), {"x": (3.0, [3.0], {"k": 2.0})})
+
+    rows = [{"head_dim": 128, "causal": False, "seqlen": 2048, "impl": impl, "wall_us": wall,
+             "kernels_us": {"main": main, "small": 20.0}, "kernels_sum_us": main + 20.0}
+            for impl, wall, main in (("fa3", 200.0, 160.0), ("fa4", 190.0, 150.0))]
+    lines = times.summary(rows)
+    expect("summary, ours", lines[2], "| 128 | none | 2048 | fa3 | 200.0 | 160.0 | 20.0 | 1.000 | 1.000 |")
+    expect("summary, fa4", lines[3], "| 128 | none | 2048 | fa4 | 190.0 | 150.0 | 20.0 | 0.950 | 0.938 |")
+
+    for failure in failures:
+        print("FAILED:", failure)
+    if failures:
+        sys.exit(1)
+    print("backward_kernel_times.py: the rounds' order, medians and summary as worked out by hand")
+
+
+if __name__ == "__main__":
+    main()
