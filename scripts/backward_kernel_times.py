@@ -21,8 +21,9 @@ import collections
 import json
 import os
 import re
-import statistics
 import sys
+
+from interleaved_rounds import median, rotated
 
 # PyTorch, Triton and the benchmark's helpers are imported once the arguments are checked
 # (load_gpu_modules), so a bad argument is refused on any machine.
@@ -99,12 +100,6 @@ def backward_calls(lib, q, k, v, do, causal):
     return calls
 
 
-def rotated(names, round_index):
-    """The implementations in round `round_index`'s order: rotated by one a round, so none always runs first."""
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
-
-
 def interleaved_medians(names, rounds, measure):
     """measure(name) -> (wall in us, {kernel: us per call}), for every name in each of `rounds` rounds in
     rotated order. Returns {name: (median wall, the walls round by round, {kernel: median us})}, largest
@@ -119,8 +114,8 @@ def interleaved_medians(names, rounds, measure):
     result = {}
     for name in names:
         kernel_names = {kernel for times in kernels[name] for kernel in times}
-        medians = {kernel: statistics.median([times.get(kernel, 0.0) for times in kernels[name]]) for kernel in kernel_names}
-        result[name] = (statistics.median(walls[name]), walls[name], dict(sorted(medians.items(), key=lambda item: -item[1])))
+        medians = {kernel: median([times.get(kernel, 0.0) for times in kernels[name]]) for kernel in kernel_names}
+        result[name] = (median(walls[name]), walls[name], dict(sorted(medians.items(), key=lambda item: -item[1])))
     return result
 
 
@@ -182,7 +177,7 @@ def rounds_text(rounds):
 
 def markdown(result):
     lines = ["# Backward kernels, time per call (us)", "",
-             f"bf16; {rounds_text(result.get('rounds', 1))}, each of {result['calls_profiled']} profiled calls "
+             f"bf16; {rounds_text(result['rounds'])}, each of {result['calls_profiled']} profiled calls "
              "per implementation; wall = median CUDA-event time of one call; GPU "
              + result["environment"]["gpu"], ""]
     lines += summary(result["rows"]) + [""]

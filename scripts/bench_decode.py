@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+import interleaved_rounds
 import kernel_abi
 
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -150,10 +151,9 @@ def run(args):
                 row.setdefault("errors", {})[name] = str(error).splitlines()[0]
         names, times = list(timers), {name: [] for name in timers}
         for round_index in range(args.rounds):
-            for i in range(len(names)):
-                name = names[(i + round_index) % len(names)]
+            for name in interleaved_rounds.rotated(names, round_index):
                 times[name].append(timers[name]())
-        row["us"] = {name: sorted(t)[len(t) // 2] * 1e3 for name, t in times.items()}
+        row["us"] = {name: interleaved_rounds.median(t) * 1e3 for name, t in times.items()}
         row["tbps"] = {name: kv_bytes / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
         result["rows"].append(row)
         print(f"batch {batch:3d} x {length:6d}: " + " ".join(f"{n}={x:.2f}" for n, x in row["tbps"].items()) + " TB/s  "

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+import interleaved_rounds
 import kernel_abi
 
 
@@ -131,15 +132,14 @@ def interleaved_medians(timers, rounds):
     names = list(timers)
     times, errors = {name: [] for name in names}, {}
     for round_index in range(rounds):
-        start = round_index % len(names)
-        for name in names[start:] + names[:start]:
+        for name in interleaved_rounds.rotated(names, round_index):
             if name in errors:
                 continue
             try:
                 times[name].append(timers[name]())
             except (RuntimeError, ValueError) as error:  # a CUDA error, or a kernel refusal (KernelRefused)
                 errors[name] = str(error).splitlines()[0]
-    return {name: (sorted(t)[len(t) // 2] if t else None) for name, t in times.items()}, errors
+    return {name: (interleaved_rounds.median(t) if t else None) for name, t in times.items()}, errors
 
 
 def sdpa_forward_timer(backend, q, k, v, causal):

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""scripts/backward_kernel_times.py's interleaved rounds, without a GPU: the order of each round
-(rotated by one a round), the medians over the rounds (a kernel missing from a round counted 0),
-and the summary's ratios to ours, against values worked out by hand."""
+"""The benchmarks' interleaved rounds (scripts/interleaved_rounds.py) and
+scripts/backward_kernel_times.py's use of them, without a GPU: the order of each round (rotated by
+one a round), the medians over the rounds (of an even count the upper middle value; a kernel
+missing from a round counted 0), and the summary's ratios to ours, against values worked out by
+hand."""
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
 import backward_kernel_times as times  # noqa: E402  (imports no GPU module at load)
+import interleaved_rounds  # noqa: E402
 
 
 def main():
@@ -15,6 +18,10 @@ def main():
     def expect(what, got, wanted):
         if got != wanted:
             failures.append(f"{what}: got {got!r}, wanted {wanted!r}")
+
+    expect("median of 3", interleaved_rounds.median([9.0, 1.0, 4.0]), 4.0)
+    expect("median of 4", interleaved_rounds.median([9.0, 1.0, 4.0, 2.0]), 4.0)  # 1 2 4 9: the upper middle
+    expect("round 4 of 3 names", interleaved_rounds.rotated(["a", "b", "c"], 4), ["b", "c", "a"])
 
     calls = []
     walls = {"a": [10.0, 30.0, 20.0, 40.0], "b": [5.0, 5.0, 9.0, 1.0], "c": [7.0, 8.0, 9.0, 10.0]}
@@ -30,11 +37,11 @@ def main():
 
     result = times.interleaved_medians(["a", "b", "c"], 4, measure)
     expect("call order", "".join(calls), "abc" + "bca" + "cab" + "abc")
-    expect("a's wall", result["a"][0], 25.0)  # median of 10, 30, 20, 40
+    expect("a's wall", result["a"][0], 30.0)  # 10 20 30 40
     expect("a's walls", result["a"][1], [10.0, 30.0, 20.0, 40.0])
-    expect("a's kernels", result["a"][2], {"main": 6.5, "small": 1.5})  # small: 1, 0, 3, 2
+    expect("a's kernels", result["a"][2], {"main": 7.0, "small": 2.0})  # main 5 6 7 100; small 0 1 2 3
     expect("a's kernel order", list(result["a"][2]), ["main", "small"])
-    expect("b's wall", result["b"][0], 5.0)  # median of 5, 5, 9, 1
+    expect("b's wall", result["b"][0], 5.0)  # 1 5 5 9
     expect("one round", times.interleaved_medians(["x"], 1, lambda name: (3.0, {"k": 2.0})), {"x": (3.0, [3.0], {"k": 2.0})})
 
     rows = [{"head_dim": 128, "causal": False, "seqlen": 2048, "impl": impl, "wall_us": wall,
@@ -48,7 +55,7 @@ def main():
         print("FAILED:", failure)
     if failures:
         sys.exit(1)
-    print("backward_kernel_times.py: the rounds' order, medians and summary as worked out by hand")
+    print("interleaved rounds: the order, the medians and backward_kernel_times.py's summary as worked out by hand")
 
 
 if __name__ == "__main__":
