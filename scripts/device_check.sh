@@ -286,18 +286,25 @@ step_sanitize() {
 }
 step_ncu_bwd() {
   # Our backward's main kernel (NCU_BWD_GENERATION 2: the FA2 rung, 3: the Hopper rung) next to SDPA
-  # flash's backward kernel on the same shape (bf16, batch 4, 2048 / d heads, seqlen 4096, d =
-  # NCU_BWD_HDIM or 128, non-causal; NCU_BWD_ANCHOR=0 leaves SDPA out): Nsight Compute's full set
+  # flash's backward kernel on the same shape (bf16, 16k tokens, 2048 / d heads, seqlen
+  # NCU_BWD_SEQLEN or 4096, d = NCU_BWD_HDIM or 128, NCU_BWD_CAUSAL=1 causal, else no mask;
+  # NCU_BWD_ANCHOR=0 leaves SDPA out): Nsight Compute's full set
   # for each, the details pages as text and the stall reasons per SASS line of ours; NCU_BWD_FA4=1
   # adds FlashAttention-4's backward kernels on the same shape (after the fa4 step). Then every
   # side's raw page and its main kernel's stall reasons side by side (scripts/ncu_stalls.py).
   local d=${NCU_BWD_HDIM:-128} generation=${NCU_BWD_GENERATION:-2} kernel=backward_main
+  local seqlen=${NCU_BWD_SEQLEN:-4096} causal=${NCU_BWD_CAUSAL:-0} causal_py=False
+  [[ $seqlen =~ ^[0-9]+$ && $seqlen -ge 1 && $seqlen -le 16384 ]] \
+    || { echo "NCU_BWD_SEQLEN = $seqlen; allowed: 1 to 16384" >&2; status=2; return; }
+  [[ $causal = 0 || $causal = 1 ]] || { echo "NCU_BWD_CAUSAL = $causal; allowed: 0 or 1" >&2; status=2; return; }
+  [ "$causal" = 1 ] && causal_py=True
+  local batch=$((16384 / seqlen > 0 ? 16384 / seqlen : 1))
   [ "$generation" = 3 ] && kernel=fa3_backward_kernel
   [[ -x $BUILD/tests/kernels/test_fa2_backward_bench ]] || cmake --build $BUILD --target test_fa2_backward_bench -j16 \
     >>"$OUT/build.log" 2>&1 || { echo "ncu-bwd: test_fa2_backward_bench does not build"; status=1; return; }
   ncu --clock-control none --kernel-name regex:$kernel --launch-skip 2 --launch-count 1 --set full \
     --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims $d \
-    --seqlens 4096 --generation $generation >"$OUT/ncu_bwd_ours.log" 2>&1
+    --seqlens $seqlen --causal $causal --generation $generation >"$OUT/ncu_bwd_ours.log" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page details >"$OUT/ncu_bwd_ours.txt" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_bwd_ours_sass.csv" 2>&1
   local sides=ours
@@ -307,10 +314,10 @@ step_ncu_bwd() {
       -o "$OUT/ncu_bwd_sdpa" -f python3 -c "
 import torch, torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-q, k, v = (torch.randn(4, 2048 // $d, 4096, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+q, k, v = (torch.randn($batch, 2048 // $d, $seqlen, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 for _ in range(4):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        F.scaled_dot_product_attention(q, k, v).backward(torch.randn_like(q))
+        F.scaled_dot_product_attention(q, k, v, is_causal=$causal_py).backward(torch.randn_like(q))
 torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
     ncu -i "$OUT/ncu_bwd_sdpa.ncu-rep" --page details >"$OUT/ncu_bwd_sdpa.txt" 2>&1
   fi
@@ -320,10 +327,10 @@ torch.cuda.synchronize()" >"$OUT/ncu_bwd_sdpa.log" 2>&1
 import sys, torch
 sys.path[:0] = ['/tmp/site', '/tmp/site/nvidia_cutlass_dsl/dsl_packages']
 from flash_attn.cute import flash_attn_func
-q, k, v = (torch.randn(4, 4096, 2048 // $d, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+q, k, v = (torch.randn($batch, $seqlen, 2048 // $d, $d, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 do = torch.randn_like(q)
 def forward():
-    out = flash_attn_func(q, k, v, causal=False)
+    out = flash_attn_func(q, k, v, causal=$causal_py)
     return out[0] if isinstance(out, tuple) else out
 for _ in range(3):
     torch.autograd.grad(forward(), (q, k, v), do)

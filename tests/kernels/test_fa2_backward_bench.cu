@@ -3,17 +3,20 @@
 // flash-attention FLOP convention (backward = 2.5 x forward = 2.5 x 4 b h s^2 d, halved when
 // causal). Medians of CUDA-event timings after a warm-up. Usage:
 //   test_fa2_backward_bench [total_tokens=16384] [--deterministic] [--generation 2|3] [--seqlens 512,2048,...]
-//                           [--hdims 64,128] [--heads H (default 2048 / head_dim)]
-// prints one line per (head_dim, causal, seqlen). --heads sets the grid's size apart from the work
-// per block: e.g. 33 heads give 132 x k blocks of 128 keys where 32 give a last wave part full.
+//                           [--hdims 64,128] [--heads H (default 2048 / head_dim)] [--causal 0,1]
+// prints one line per (head_dim, causal, seqlen); --causal 0 or 1 times that mask only. --heads sets
+// the grid's size apart from the work per block: e.g. 33 heads give 132 x k blocks of 128 keys
+// where 32 give a last wave part full.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/attention_api.hpp"
@@ -49,6 +52,52 @@ __global__ void fill_value(float* data, std::size_t count, float value) {
     data[i] = value;
 }
 
+// An integer in [low, high] at the start of `text`, followed by a comma (in a list) or the string's
+// end; `text` moves up to that. False where there is none.
+bool parse_int(const char*& text, int low, int high, int& value) {
+  char* end = nullptr;
+  errno = 0;
+  const long parsed = std::strtol(text, &end, 10);
+  if (end == text || errno != 0 || parsed < low || parsed > high || (*end != 0 && *end != ',')) return false;
+  value = static_cast<int>(parsed);
+  text = end;
+  return true;
+}
+
+// One integer in [low, high] and nothing else.
+bool parse_one(const char* text, int low, int high, int& value) {
+  return parse_int(text, low, high, value) && *text == 0;
+}
+
+// A comma-separated list of integers in [low, high], at least one, no empty entry.
+bool parse_list(const char* text, int low, int high, std::vector<int>& values) {
+  values.clear();
+  for (;;) {
+    int value = 0;
+    if (!parse_int(text, low, high, value)) return false;
+    values.push_back(value);
+    if (*text == 0) return true;
+    ++text;  // the comma
+  }
+}
+
+int refuse(const char* input, const char* text, const char* allowed) {
+  std::fprintf(stderr, "%s = %s; allowed: %s\n", input, text, allowed);
+  return 2;
+}
+
+// call(), or where the backward refuses the problem (a head dim or shape it does not support, by
+// name) that one line on stderr and exit status 2.
+template <typename Call>
+auto refused_as_input(Call&& call) {
+  try {
+    return call();
+  } catch (const std::invalid_argument& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    std::exit(2);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,38 +106,29 @@ int main(int argc, char** argv) {
   int generation = 2;
   std::vector<int> seqlens = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> head_dims = {64, 128};
+  std::vector<int> masks = {0, 1};  // causal: 0 without the mask, 1 with it
   int heads = 0;  // 2048 / head_dim
   for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
     if (std::strcmp(argv[i], "--deterministic") == 0) {
       deterministic = true;
-    } else if (std::strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
-      generation = std::atoi(argv[++i]);
-      if (generation != 2 && generation != 3) {
-        std::fprintf(stderr, "--generation = %d; allowed: 2 or 3\n", generation);
-        return 2;
+    } else if (std::strcmp(argv[i], "--generation") == 0 && has_value) {
+      if (!parse_one(argv[++i], 2, 3, generation)) return refuse("--generation", argv[i], "2 or 3");
+    } else if (std::strcmp(argv[i], "--hdims") == 0 && has_value) {
+      if (!parse_list(argv[++i], 1, 256, head_dims)) return refuse("--hdims", argv[i], "1 to 256, comma-separated");
+    } else if (std::strcmp(argv[i], "--heads") == 0 && has_value) {
+      if (!parse_one(argv[++i], 1, 256, heads)) return refuse("--heads", argv[i], "1 to 256");
+    } else if (std::strcmp(argv[i], "--seqlens") == 0 && has_value) {
+      if (!parse_list(argv[++i], 1, 1 << 20, seqlens)) {
+        return refuse("--seqlens", argv[i], "1 to 1048576, comma-separated");
       }
-    } else if (std::strcmp(argv[i], "--hdims") == 0 && i + 1 < argc) {
-      head_dims.clear();
-      for (const char* text = argv[++i]; *text != 0;) {
-        char* end = nullptr;
-        head_dims.push_back(static_cast<int>(std::strtol(text, &end, 10)));
-        text = (*end == ',') ? end + 1 : end;
-      }
-    } else if (std::strcmp(argv[i], "--heads") == 0 && i + 1 < argc) {
-      heads = std::atoi(argv[++i]);
-      if (heads < 1 || heads > 256) {
-        std::fprintf(stderr, "--heads = %s; allowed: 1 to 256\n", argv[i]);
-        return 2;
-      }
-    } else if (std::strcmp(argv[i], "--seqlens") == 0 && i + 1 < argc) {
-      seqlens.clear();
-      for (const char* text = argv[++i]; *text != 0;) {
-        char* end = nullptr;
-        seqlens.push_back(static_cast<int>(std::strtol(text, &end, 10)));
-        text = (*end == ',') ? end + 1 : end;
-      }
-    } else {
-      total_tokens = std::atoi(argv[i]);
+    } else if (std::strcmp(argv[i], "--causal") == 0 && has_value) {
+      if (!parse_list(argv[++i], 0, 1, masks)) return refuse("--causal", argv[i], "0, 1 or 0,1");
+    } else if (argv[i][0] == '-') {
+      return refuse("option", argv[i],
+                    "--deterministic; --generation, --hdims, --heads, --seqlens, --causal with a value");
+    } else if (!parse_one(argv[i], 1, 1 << 24, total_tokens)) {
+      return refuse("total_tokens", argv[i], "1 to 16777216");
     }
   }
   int count = 0;  // the device after the arguments: a refused one makes no CUDA call
@@ -98,7 +138,7 @@ int main(int argc, char** argv) {
   }
   std::printf("%-5s %-6s %-6s %-5s %-3s %10s %9s\n", "hdim", "causal", "seqlen", "batch", "h", "ms", "TFLOP/s");
   for (int head_dim : head_dims) {
-    for (int causal = 0; causal < 2; ++causal) {
+    for (int causal : masks) {
       for (int seqlen : seqlens) {
         Problem problem;
         problem.batch = std::max(1, total_tokens / seqlen);
@@ -129,11 +169,14 @@ int main(int argc, char** argv) {
         args.lse = kernels::flash_layout(lse, problem, problem.heads_q, 1, true);
         args.deterministic = deterministic;
         const auto backward = generation == 3 ? kernels::fa3_backward : kernels::fa2_backward;
-        const std::size_t workspace_bytes = generation == 3 ? kernels::fa3_backward_workspace_bytes(problem, deterministic)
-                                                            : kernels::fa2_backward_workspace_bytes(problem, deterministic);
+        const std::size_t workspace_bytes = refused_as_input([&] {
+          return generation == 3 ? kernels::fa3_backward_workspace_bytes(problem, deterministic)
+                                 : kernels::fa2_backward_workspace_bytes(problem, deterministic);
+        });
         ok(cudaMalloc(&args.workspace, workspace_bytes), "cudaMalloc workspace");
         args.workspace_bytes = workspace_bytes;
-        for (int i = 0; i < 3; ++i) backward(problem, args);
+        refused_as_input([&] { backward(problem, args); });  // the first warm-up call checks the problem
+        for (int i = 0; i < 2; ++i) backward(problem, args);
         ok(cudaDeviceSynchronize(), "warm-up");
         std::vector<float> times;
         cudaEvent_t start, stop;
