@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""scripts/seqlen_fit.py without a GPU: on rows whose times were made from a chosen constant and
+rate (the TFLOP/s worked back by the FLOP convention), it gives back those constants and rates, their
+difference and ratio, and leaves out a group of two seqlens; it refuses bad input with exit 2 and one
+line on stderr, writing nothing."""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "seqlen_fit.py"
+CONVENTION = "fwd 4*b*h*s^2*d (halved when causal), bwd 2.5x fwd; median of CUDA-event timings"
+
+
+def tflops(batch, heads, seqlen, head_dim, causal, microseconds):
+    flops = 2.5 * 4.0 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
+    return flops / (microseconds * 1e-6) / 1e12
+
+
+def rows():
+    """d 64 without a mask, 4096 tokens: ours 100 us + 50 us per 1024 of seqlen, the anchor 80 + 60;
+    causal: ours 30 + 20, the anchor 40 + 25; d 128 at two seqlens only (left out)."""
+    made = []
+    for seqlen in (1024, 2048, 4096):
+        batch = 4096 // seqlen
+        for causal, ours, anchor in ((False, (100, 50), (80, 60)), (True, (30, 20), (40, 25))):
+            t_ours = ours[0] + ours[1] * seqlen / 1024
+            t_anchor = anchor[0] + anchor[1] * seqlen / 1024
+            made.append({"head_dim": 64, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": 2,
+                         "bwd": {"fa3": tflops(batch, 2, seqlen, 64, causal, t_ours),
+                                 "fa4": tflops(batch, 2, seqlen, 64, causal, t_anchor)}})
+    for seqlen in (1024, 2048):
+        made.append({"head_dim": 128, "causal": False, "seqlen": seqlen, "batch": 4096 // seqlen, "heads": 1,
+                     "bwd": {"fa3": 100.0, "fa4": 100.0}})
+    return made
+
+
+def run(*arguments):
+    return subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True, text=True)
+
+
+def main():
+    failures = []
+    with tempfile.TemporaryDirectory() as folder:
+        work = pathlib.Path(folder)
+        bench = work / "bench.json"
+        bench.write_text(json.dumps({"convention": CONVENTION, "rows": rows()}))
+        out = work / "out"
+        out.mkdir()
+        result = run(str(bench), "--json", str(out / "fit.json"), "--markdown", str(out / "fit.md"))
+        if result.returncode != 0:
+            failures.append(f"the fit: exit {result.returncode}, stderr {result.stderr!r}")
+        else:
+            fits = json.loads((out / "fit.json").read_text())["fits"]
+            if [(f["head_dim"], f["causal"]) for f in fits] != [(64, False), (64, True)]:
+                failures.append(f"groups fitted: {[(f['head_dim'], f['causal']) for f in fits]}, wanted d 64 both masks only")
+            wanted = {(False, "fa3"): (100, 50), (False, "fa4"): (80, 60), (True, "fa3"): (30, 20), (True, "fa4"): (40, 25)}
+            for f in fits:
+                for name in ("fa3", "fa4"):
+                    constant, rate = wanted[(f["causal"], name)]
+                    got = f[name]
+                    if abs(got["constant_us"] - constant) > 1e-6 or abs(got["us_per_1k_seqlen"] - rate) > 1e-6 \
+                            or got["largest_residual"] > 1e-9:
+                        failures.append(f"causal {f['causal']} {name}: got {got}, wanted constant {constant}, rate {rate}")
+            row = "| 64 | no | 1k / 2k / 4k | 100 | 80 | +20 | 50.0 | 60.0 | 0.833 | 0.0 %, 0.0 % |"
+            causal_row = "| 64 | yes | 1k / 2k / 4k | 30 | 40 | -10 | 20.0 | 25.0 | 0.800 | 0.0 %, 0.0 % |"
+            table = (out / "fit.md").read_text()
+            for wanted_row in (row, causal_row):
+                if wanted_row not in table or wanted_row not in result.stdout:
+                    failures.append(f"table row {wanted_row!r} missing from:\n{table}")
+
+        bad_convention = work / "other.json"
+        bad_convention.write_text(json.dumps({"convention": "fwd 2*b*h*s^2*d", "rows": rows()}))
+        not_json = work / "text.json"
+        not_json.write_text("rows")
+        two_seqlens = work / "two.json"
+        two_seqlens.write_text(json.dumps({"convention": CONVENTION, "rows": rows()[:4]}))
+        cases = [
+            ([str(bench), "--pass", "both"], "--pass both: give fwd or bwd"),
+            ([str(bench), "--ours", "fa4"], "--ours and --anchor are both fa4"),
+            ([str(bench), "--anchor", "cudnn"], "--ours/--anchor cudnn: no bwd time of that name"),
+            ([str(bench), "--pass", "fwd"], "--ours/--anchor fa3: no fwd time of that name"),
+            ([str(work / "missing.json")], "missing.json: cannot read it"),
+            ([str(not_json)], "text.json: not a bench_kernels.py JSON"),
+            ([str(bad_convention)], "other.json: FLOP convention 'fwd 2*b*h*s^2*d'"),
+            ([str(two_seqlens)], "two.json: no head dim and mask with 3 seqlens"),
+            ([str(bench), "--json", str(work / "no" / "fit.json")], "--json"),
+            ([str(bench), "--markdown", str(work / "no" / "fit.md")], "--markdown"),
+        ]
+        before = sorted(p.name for p in work.iterdir())
+        for arguments, text in cases:
+            result = run(*arguments)
+            lines = result.stderr.strip().splitlines()
+            if result.returncode != 2 or result.stdout or len(lines) != 1 or text not in lines[0]:
+                failures.append(f"{arguments[1:]}: exit {result.returncode}, stdout {result.stdout!r}, "
+                                f"stderr {result.stderr!r} (wanted exit 2 and {text!r})")
+        if sorted(p.name for p in work.iterdir()) != before or len(list(out.iterdir())) != 2:
+            failures.append("a refused call wrote a file")
+    if failures:
+        print("\n".join(f"FAILED: {f}" for f in failures))
+        sys.exit(1)
+    print(f"seqlen_fit.py: two fits as made, a two-seqlen group left out, {len(cases)} refusals")
+
+
+if __name__ == "__main__":
+    main()
