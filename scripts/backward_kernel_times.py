@@ -23,6 +23,7 @@ import os
 import re
 import sys
 
+import flop_convention
 from interleaved_rounds import median, rotated
 
 # PyTorch, Triton and the benchmark's helpers are imported once the arguments are checked
@@ -134,7 +135,7 @@ def run(args):
                 reference = [g.clone() for g in calls["sdpa_flash"]()]
                 if not args.sdpa_flash:
                     del calls["sdpa_flash"]
-                flops = 2.5 * bench_kernels.flops_forward(b, h, s, d, causal)
+                flops = flop_convention.flops(b, h, s, d, causal, backward=True)
                 differences = {name: bench_kernels.gradient_difference(call(), reference) for name, call in calls.items()}
                 measured = interleaved_medians(
                     list(calls), args.rounds,

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
+import flop_convention
 import interleaved_rounds
 import kernel_abi
 
@@ -85,10 +86,6 @@ class Flashlab:
     def backward(self, generation, q, k, v, o, lse, do, dq, dk, dv, causal, deterministic=False):
         self.lib.backward(generation, self.problem(q, k, causal), deterministic,
                           *map(self.tensor, (q, k, v, o, lse, do, dq, dk, dv)), self.stream())
-
-
-def flops_forward(b, h, s, d, causal):
-    return 4 * b * h * s * s * d / (2 if causal else 1)
 
 
 def median_ms(fn):
@@ -235,7 +232,7 @@ def ablation(lib, args):
                 diffs[name] = (o.float() - reference.float()).abs().max().item()
                 timers[name] = lambda steps=steps: median_ms(lambda: lib.forward_steps(steps, q, k, v, o, lse, causal))
             medians, errors = interleaved_medians(timers, args.rounds)
-            flops = flops_forward(b, h, s, d, causal)
+            flops = flop_convention.flops(b, h, s, d, causal)
             row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
                    "fwd": {n: (None if ms is None else flops / ms / 1e9) for n, ms in medians.items()},
                    "max_abs_diff_vs_sdpa_flash": diffs, "errors": errors}
@@ -258,7 +255,7 @@ def run(args):
         libs[f"fa2@{name}"] = Flashlab(path)
     lib = libs["fa2"]
     command = " ".join([os.path.basename(sys.executable)] + sys.argv)
-    result = {"environment": environment(command), "convention": "fwd 4*b*h*s^2*d (halved when causal), bwd 2.5x fwd; "
+    result = {"environment": environment(command), "convention": f"{flop_convention.TEXT}; "
               f"median of CUDA-event timings (triton do_bench), median over {args.rounds} interleaved rounds",
               "rows": []}
     result["matmul_bf16_8192_tflops"] = matmul_ceiling()
@@ -276,7 +273,7 @@ def run(args):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 o = torch.empty_like(q)
                 lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-                fwd_flops = flops_forward(b, h, s, d, causal)
+                fwd_flops = flop_convention.flops(b, h, s, d, causal)
                 row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "fwd": {}, "bwd": {}}
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     reference = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -327,7 +324,7 @@ def run(args):
                     row.setdefault("errors", {})[f"fwd {name}"] = error
                 if args.backward:
                     do = torch.randn_like(q)
-                    bwd_flops = 2.5 * fwd_flops
+                    bwd_flops = flop_convention.flops(b, h, s, d, causal, backward=True)
                     timers = {}
                     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
                     lib.forward(2, q, k, v, o, lse, causal)  # O and LSE for every backward (variants too)

@@ -44,6 +44,8 @@ import os
 import statistics
 import sys
 
+import flop_convention
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "docs", "bench")
 PRESET = os.path.join(ROOT, "sim", "machines", "h200.json")
@@ -74,9 +76,8 @@ NCU_CSV = os.path.join(BENCH, "h200_ncu_model.csv")
 
 
 def flops(row, direction):
-    b, h, s, d = row["batch"], row["heads"], row["seqlen"], row["head_dim"]
-    forward = 4 * b * h * s * s * d / (2 if row["causal"] else 1)
-    return forward * (2.5 if direction == "backward" else 1)
+    return flop_convention.flops(row["batch"], row["heads"], row["seqlen"], row["head_dim"], row["causal"],
+                                 backward=direction == "backward")
 
 
 def measured_rows(key, name=None):

@@ -29,7 +29,7 @@ import json
 import os
 import sys
 
-CONVENTION = "fwd 4*b*h*s^2*d (halved when causal), bwd 2.5x fwd"
+import flop_convention
 
 
 def refuse(message):
@@ -38,10 +38,9 @@ def refuse(message):
 
 
 def call_microseconds(row, pass_name, tflops):
-    """A call's time from its TFLOP/s under the convention above."""
-    flops = 4.0 * row["batch"] * row["heads"] * row["seqlen"] ** 2 * row["head_dim"] / (2 if row["causal"] else 1)
-    if pass_name == "bwd":
-        flops *= 2.5
+    """A call's time from its TFLOP/s under the benchmarks' FLOP convention (flop_convention.py)."""
+    flops = flop_convention.flops(row["batch"], row["heads"], row["seqlen"], row["head_dim"], row["causal"],
+                                  backward=pass_name == "bwd")
     return flops / (tflops * 1e12) * 1e6
 
 
@@ -123,8 +122,8 @@ def main():
         refuse(f"{args.bench_json}: cannot read it ({error.strerror})")
     except (ValueError, KeyError, TypeError):
         refuse(f"{args.bench_json}: not a bench_kernels.py JSON (rows and convention)")
-    if not str(convention).startswith(CONVENTION):
-        refuse(f"{args.bench_json}: FLOP convention {convention!r}; allowed: one starting {CONVENTION!r}")
+    if not str(convention).startswith(flop_convention.TEXT):
+        refuse(f"{args.bench_json}: FLOP convention {convention!r}; allowed: one starting {flop_convention.TEXT!r}")
     for name in (args.ours, args.anchor):
         if not any(isinstance(row.get(args.pass_name), dict) and name in row[args.pass_name] for row in rows):
             refuse(f"--ours/--anchor {name}: no {args.pass_name} time of that name in {args.bench_json}")
