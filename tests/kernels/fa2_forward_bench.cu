@@ -1,7 +1,8 @@
 // One FA2 (or FA1, FA3) forward problem on random bf16/fp16 data, for profilers (ncu,
 // compute-sanitizer) and quick timings: runs `repeats` launches and prints the median time and
 // TFLOP/s (flash-attention convention: 4 b h s^2 d, halved when causal).
-// Usage: fa2_forward_bench batch heads seqlen head_dim causal [repeats=1] [generation=2]
+// Usage: fa2_forward_bench batch heads seqlen head_dim causal [repeats=1] [generation=2], each number
+// checked against its range (bench_arguments.hpp) before any CUDA call.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "bench_arguments.hpp"
 #include "kernels/attention_api.hpp"
 
 using namespace flashlab;
@@ -27,16 +29,39 @@ void ok(cudaError_t status, const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 6) {
+  if (argc < 6 || argc > 8) {
     std::fprintf(stderr, "usage: %s batch heads seqlen head_dim causal [repeats] [generation]\n", argv[0]);
     return 2;
   }
+  // Each number in its range before any CUDA call; the forward refuses the rest by name (below).
+  int batch = 0, heads = 0, seqlen = 0, head_dim = 0, causal = 0, repeats = 1, generation = 2;
+  struct Argument {
+    const char* name;
+    int low, high;
+    int* value;
+  };
+  const Argument arguments[] = {{"batch", 1, 1 << 16, &batch},    {"heads", 1, 256, &heads},
+                                {"seqlen", 1, 1 << 20, &seqlen},  {"head_dim", 1, 256, &head_dim},
+                                {"causal", 0, 1, &causal},        {"repeats", 1, 10000, &repeats},
+                                {"generation", 1, 3, &generation}};
+  for (int i = 1; i < argc; ++i) {
+    const Argument& a = arguments[i - 1];
+    if (!bench::parse_one(argv[i], a.low, a.high, *a.value)) {
+      char allowed[32];
+      std::snprintf(allowed, sizeof allowed, "%d to %d", a.low, a.high);
+      return bench::refuse(a.name, argv[i], allowed);
+    }
+  }
+  const long long tensor_elements = static_cast<long long>(batch) * heads * seqlen * head_dim;
+  if (tensor_elements > (1ll << 31)) {  // each of Q, K, V, O, and a host copy
+    std::fprintf(stderr, "batch x heads x seqlen x head_dim = %lld; allowed: up to 2147483648 elements a tensor\n",
+                 tensor_elements);
+    return 2;
+  }
   Problem p;
-  p.batch = std::atoi(argv[1]), p.heads_q = p.heads_kv = std::atoi(argv[2]);
-  p.seqlen_q = p.seqlen_k = std::atoi(argv[3]), p.head_dim = std::atoi(argv[4]);
-  p.mask.causal = std::atoi(argv[5]) != 0;
-  const int repeats = argc > 6 ? std::atoi(argv[6]) : 1;
-  const int generation = argc > 7 ? std::atoi(argv[7]) : 2;
+  p.batch = batch, p.heads_q = p.heads_kv = heads;
+  p.seqlen_q = p.seqlen_k = seqlen, p.head_dim = head_dim;
+  p.mask.causal = causal != 0;
   p.dtype = generation == 1 ? DType::fp16 : DType::bf16;
   const std::size_t elements = static_cast<std::size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;
   std::vector<unsigned short> host(elements);

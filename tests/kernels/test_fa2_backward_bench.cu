@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,8 +19,10 @@
 #include <vector>
 
 #include "kernels/attention_api.hpp"
+#include "bench_arguments.hpp"
 
 using namespace flashlab;
+using bench::parse_list, bench::parse_one, bench::refuse;
 
 namespace {
 
@@ -50,40 +51,6 @@ __global__ void fill_value(float* data, std::size_t count, float value) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     data[i] = value;
-}
-
-// An integer in [low, high] at the start of `text`, followed by a comma (in a list) or the string's
-// end; `text` moves up to that. False where there is none.
-bool parse_int(const char*& text, int low, int high, int& value) {
-  char* end = nullptr;
-  errno = 0;
-  const long parsed = std::strtol(text, &end, 10);
-  if (end == text || errno != 0 || parsed < low || parsed > high || (*end != 0 && *end != ',')) return false;
-  value = static_cast<int>(parsed);
-  text = end;
-  return true;
-}
-
-// One integer in [low, high] and nothing else.
-bool parse_one(const char* text, int low, int high, int& value) {
-  return parse_int(text, low, high, value) && *text == 0;
-}
-
-// A comma-separated list of integers in [low, high], at least one, no empty entry.
-bool parse_list(const char* text, int low, int high, std::vector<int>& values) {
-  values.clear();
-  for (;;) {
-    int value = 0;
-    if (!parse_int(text, low, high, value)) return false;
-    values.push_back(value);
-    if (*text == 0) return true;
-    ++text;  // the comma
-  }
-}
-
-int refuse(const char* input, const char* text, const char* allowed) {
-  std::fprintf(stderr, "%s = %s; allowed: %s\n", input, text, allowed);
-  return 2;
 }
 
 // call(), or where the backward refuses the problem (a head dim or shape it does not support, by
