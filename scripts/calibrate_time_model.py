@@ -16,7 +16,7 @@ Measurements (all on the H200; TFLOP/s in the flash-attention convention, turned
   fa3 forward                                     docs/bench/h200_hopper_forward.json
   fa3 backward                                    docs/bench/h200_fa3_backward_same_run_d128_80_rows.json,
       column "fa3": the kernel with d 128's 80-row tiling and its masked variant (seqlen 2048, 8192
-      and 16384; docs/kernels.md, "80-query blocks at d 128, on the fp32 P^T order"). Earlier fits
+      and 16384; docs/fa3_backward_log.md, "80-query blocks at d 128, on the fp32 P^T order"). Earlier fits
       took h200_fa3_backward_shared_space.json and h200_fa3_backward_fa4_same_run.json, each the
       kernel of its day.
 The benchmark passes PyTorch's [batch, heads, seqlen, dim] tensors, so the model runs with the

@@ -110,7 +110,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   constexpr std::uint64_t kQStageStep = Tile::kQBytes >> 4, kDsBufferStep = Tile::kDsBytes >> 4;
   // S^T and dP^T are issued together and P^T stays in fp32 until dS^T. dV is issued once dS^T is
   // stored, so that no wgmma reads its A operand from the registers while the dS^T arithmetic runs
-  // (docs/kernels.md, "dV after dS^T at d 64"); at 80 rows the packed P^T would not fit beside
+  // (docs/fa3_backward_log.md, "dV after dS^T at d 64"); at 80 rows the packed P^T would not fit beside
   // the fp32 one. With 64 query rows dV is issued between the exponentials and dS^T.
   constexpr bool kDvAfterDs = kBlockM != 64;
   // With 80 rows the LSE_i of a thread's 20 query columns do not fit beside both scores in flight:

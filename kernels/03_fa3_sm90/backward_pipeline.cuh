@@ -258,7 +258,7 @@ __device__ __forceinline__ Byte* staged_chunk(Byte* tile, int row, int chunk, in
 // chunks placed by staged_chunk, written to memory a row's chunks by consecutive threads
 // once the whole warpgroup has staged them; rows past the keys and columns past the head dim are
 // not written. The trip through shared memory costs less than the accumulators' 4-byte stores
-// straight to memory (docs/kernels.md, "dK and dV through shared memory").
+// straight to memory (docs/fa3_backward_log.md, "dK and dV through shared memory").
 template <typename T, int kColumns>
 __device__ __forceinline__ void write_staged_dk_dv(const BackwardParams& p, const KeyBlockWork& w, const unsigned char* staged_dk,
                                                    const unsigned char* staged_dv, int group, int row_base, int column0) {

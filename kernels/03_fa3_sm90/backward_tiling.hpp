@@ -45,7 +45,7 @@ struct BackwardTiling {
   static constexpr int kWarps = kThreads / kWarpSize;
   static constexpr int kMinBlocksPerSm = 1;  // one block per SM holds the whole register file
   // A block per SM walking key blocks (backward_pipeline.cuh), else one per key block: at d 128
-  // and 256 the walk's loop cost more than the start-up it hides (docs/kernels.md, "Persistent blocks").
+  // and 256 the walk's loop cost more than the start-up it hides (docs/fa3_backward_log.md, "Persistent blocks").
   static constexpr bool kPersistent = kHeadDim == 64;
   static constexpr int kStages = 2;                     // Q_i, dO_i, LSE_i, D_i of the next block load during this one
   static constexpr int kPanels = kHeadDim / 64;         // 64-column panels of the 128-byte swizzle
@@ -102,7 +102,7 @@ constexpr int backward_padded_head_dim(int head_dim) {
 // most key blocks a short walk with two or three masked steps in it: a window with a left bound
 // (a key block's walk spans the window), and a diagonal (causal, or a right bound) below
 // kBackwardLongCausal queries. There 80-row blocks crossing the diagonal cost more
-// than the larger tile saves, and the masked variant takes 64 rows (docs/kernels.md, "80-query
+// than the larger tile saves, and the masked variant takes 64 rows (docs/fa3_backward_log.md, "80-query
 // blocks at d 128, on the fp32 P^T order").
 inline constexpr int kBackwardLongCausal = 8192;
 constexpr bool backward_masked_variant(int padded_head_dim, bool causal, int window_left, int window_right, int seqlen_q) {
