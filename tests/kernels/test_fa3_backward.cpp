@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "kernels/03_fa3_sm90/backward_tiling.hpp"
 #include "kernels/attention_api.hpp"
 #include "reference/attention_check.hpp"
 #include "reference/backward_check.hpp"
@@ -130,6 +131,16 @@ TEST_CASE("FA3 backward kernel: blocks that walk several key blocks", "[fa3_back
   varlen.dtype = DType::bf16, varlen.heads_q = 8, varlen.heads_kv = 4, varlen.head_dim = 64;
   set_varlen(varlen, {300, 1, 64, 129, 700, 5, 33, 256, 1000, 17, 90, 2}, {1000, 3, 64, 200, 700, 1, 500, 255, 40, 17, 91, 130});
   problems.push_back(varlen);
+  // d 128's 80-row tiling (the longest sequence has kBackwardLongCausal queries) with key blocks
+  // no query sees: 3 key blocks (of the longest) x 48 KV heads x 2 sequences = 288; the second
+  // sequence's 40 queries see none of its keys past 39, the first's one key leaves two past its end.
+  Problem long_causal_unseen;
+  long_causal_unseen.dtype = DType::bf16, long_causal_unseen.heads_q = 96, long_causal_unseen.heads_kv = 48;
+  long_causal_unseen.head_dim = 128, long_causal_unseen.mask.causal = true;
+  long_causal_unseen.mask.alignment = CausalAlignment::top_left;
+  set_varlen(long_causal_unseen, {kernels::fa3::kBackwardLongCausal, 40}, {1, 300});
+  REQUIRE_FALSE(kernels::fa3::backward_masked_variant(128, true, -1, -1, long_causal_unseen.seqlen_q));
+  problems.push_back(long_causal_unseen);
   for (const bool deterministic : {false, true}) check_problems(problems, deterministic);
 }
 
@@ -148,10 +159,12 @@ TEST_CASE("FA3 backward kernel: scores in the thousands stay within the rule", "
   check_problems(problems, false, options);
 }
 
+// 9 key blocks (18 at d 256) x 16 KV heads x 2 sequences: more than an H200's 132 SMs, so that
+// where the kernel is persistent its blocks walk several key blocks and take their dQ turns there.
 TEST_CASE("FA3 backward kernel: the deterministic mode is bitwise repeatable over 20 runs", "[fa3_backward]") {
   Problem problem;
-  problem.dtype = DType::bf16, problem.batch = 2, problem.heads_q = 4, problem.heads_kv = 2;
-  problem.seqlen_q = 640, problem.seqlen_k = 1100, problem.head_dim = GENERATE(64, 128, 256);
+  problem.dtype = DType::bf16, problem.batch = 2, problem.heads_q = 32, problem.heads_kv = 16;
+  problem.seqlen_q = 160, problem.seqlen_k = 1100, problem.head_dim = GENERATE(64, 128, 256);
   problem.mask.causal = GENERATE(false, true);
   const auto reference_case = reference::backward_reference(problem, reference::fresh_seed());
   AttentionTensors first;
