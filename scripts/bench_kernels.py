@@ -318,6 +318,8 @@ def run(args):
                 for name, backend in SDPA_BACKENDS.items():
                     if name in args.sdpa:
                         timers[name] = sdpa_forward_timer(backend, q, k, v, causal)
+                if args.backward_only:  # the forward ran once above, for its check; it is not timed
+                    timers = {}
                 medians, errors = interleaved_medians(timers, args.rounds)
                 row["fwd"] = {name: (None if ms is None else fwd_flops / ms / 1e9) for name, ms in medians.items()}
                 for name, error in errors.items():
@@ -448,6 +450,8 @@ def main():
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--fa1-max-seqlen", type=int, default=4096)
     parser.add_argument("--backward", action="store_true", help="also time the backward pass")
+    parser.add_argument("--backward-only", action="store_true",
+                        help="with --backward: time the backward pass alone (the forward is still run once and checked)")
     parser.add_argument("--deterministic", action="store_true",
                         help="with --backward: also time the FA3 backward's deterministic mode")
     parser.add_argument("--rounds", type=int, default=3,
@@ -465,6 +469,8 @@ def main():
     parser.add_argument("--ablation", action="store_true", help="time the FA3 forward's steps one by one (d 128)")
     parser.add_argument("--gemm", action="store_true", help="time the Hopper rung's GEMM beside torch's matmul")
     args = parser.parse_args()
+    if args.backward_only and not args.backward:
+        parser.error("--backward-only needs --backward (it times the backward pass alone)")
     result = run(args)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
