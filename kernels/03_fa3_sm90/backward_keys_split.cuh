@@ -115,8 +115,9 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   constexpr bool kDvAfterDs = kBlockM != 64;
   // With 80 rows the LSE_i of a thread's 20 query columns do not fit beside both scores in flight:
   // each lane holds LSE of queries lane, lane + 32 and lane + 64, and the exponentials fetch
-  // theirs by shuffle.
-  constexpr bool kLseByShuffle = kBlockM == 80;
+  // theirs by shuffle. With 128 rows (d 64) the same four loads a lane replace the sixteen 8-byte
+  // loads of a thread's 32 query columns, which stood between the stage's arrival and the scores.
+  constexpr bool kLseByShuffle = kBlockM == 80 || kBlockM == 128;
   constexpr int kLaneRows = Tile::kRowsPitch / 32;
 
   float dk[kHeadDim / 2], dv[kHeadDim / 2];
