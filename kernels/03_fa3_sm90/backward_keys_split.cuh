@@ -115,8 +115,8 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   constexpr bool kDvAfterDs = kBlockM != 64;
   // With 80 rows the LSE_i of a thread's 20 query columns do not fit beside both scores in flight:
   // each lane holds LSE of queries lane, lane + 32 and lane + 64, and the exponentials fetch
-  // theirs by shuffle. With 128 rows (d 64) the same four loads a lane replace the sixteen 8-byte
-  // loads of a thread's 32 query columns, which stood between the stage's arrival and the scores.
+  // theirs by shuffle. With 128 rows (d 64) four such loads a lane (queries lane + 32 j) replace
+  // the sixteen 8-byte loads of a thread's 32 query columns, which held up the scores' issue.
   constexpr bool kLseByShuffle = kBlockM == 80 || kBlockM == 128;
   constexpr int kLaneRows = Tile::kRowsPitch / 32;
 
