@@ -48,10 +48,14 @@ void require_passed(const reference::BackwardCaseResult& result) {
   }
 }
 
-// Whether a d 128 problem takes the 80-row tiling, by the launcher's rule (fa3::backward_masked_variant).
+// Whether a problem takes d 128's 80-row tiling: its padded head dim and the launcher's choice of
+// variant (fa3::backward_masked_variant), read back from that tiling's block shape.
 bool takes_80_rows(const Problem& problem) {
-  return !kernels::fa3::backward_masked_variant(128, problem.mask.causal, problem.mask.window_left,
-                                                problem.mask.window_right, problem.seqlen_q);
+  namespace fa3 = kernels::fa3;
+  if (fa3::backward_padded_head_dim(problem.head_dim) != 128) return false;
+  const bool masked = fa3::backward_masked_variant(128, problem.mask.causal, problem.mask.window_left,
+                                                   problem.mask.window_right, problem.seqlen_q);
+  return (masked ? fa3::BackwardTiling<128, true>::kBlockM : fa3::BackwardTiling<128, false>::kBlockM) == 80;
 }
 
 void check_problems(const std::vector<Problem>& problems, bool deterministic,
