@@ -40,6 +40,8 @@ def load_gpu_modules():
 
     import bench_kernels  # noqa: PLC0415
 
+    bench_kernels.load_gpu_modules()
+
 
 def short_name(name, width=72):
     """A kernel's name without its template arguments and parameter list, at most `width` characters."""

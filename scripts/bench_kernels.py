@@ -32,17 +32,28 @@ import platform
 import subprocess
 import sys
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
-
 import flop_convention
 import interleaved_rounds
 import kernel_abi
 
+# PyTorch and Triton are imported once the arguments are checked (load_gpu_modules; also called by
+# backward_kernel_times.py, which uses this module's helpers), so a bad argument is refused on any machine.
+torch = F = SDPBackend = sdpa_kernel = do_bench = None
+SDPA_NAMES = ("sdpa_flash", "sdpa_cudnn", "sdpa_mem_efficient")
+SDPA_BACKENDS = {}  # name -> SDPBackend, filled by load_gpu_modules
 
 _abi = kernel_abi.load()
+
+
+def load_gpu_modules():
+    global torch, F, SDPBackend, sdpa_kernel, do_bench
+    import torch  # noqa: PLC0415
+    import torch.nn.functional as F  # noqa: PLC0415
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+    from triton.testing import do_bench  # noqa: PLC0415
+
+    SDPA_BACKENDS.update({"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+                          "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION})
 
 
 class Flashlab:
@@ -113,10 +124,6 @@ def matmul_ceiling():
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     ms = median_ms(lambda: a @ b)
     return 2 * 8192 ** 3 / ms / 1e9
-
-
-SDPA_BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-                 "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
 def interleaved_medians(timers, rounds):
@@ -438,6 +445,41 @@ def markdown(result):
     return "\n".join(lines)
 
 
+def refuse(text):
+    print(f"bench_kernels.py: {text}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_arguments(args):
+    """Every argument checked before PyTorch is imported: a bad one is refused with one line on
+    stderr naming it and what is allowed, exit 2, nothing written."""
+    checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 8, 1 << 16), ("--rounds", args.rounds, 1, 100),
+              ("--fa1-max-seqlen", args.fa1_max_seqlen, 0, 1 << 20)]
+    checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
+    for name, value, low, high in checks:
+        if not low <= value <= high:
+            refuse(f"{name} {value} is outside [{low}, {high}]")
+    for d in args.head_dims:
+        if not (8 <= d <= 256 and d % 8 == 0 and args.hidden % d == 0):
+            refuse(f"--head-dims {d}: give a multiple of 8 in [8, 256] dividing --hidden {args.hidden}")
+    if args.deterministic and not args.backward:
+        refuse("--deterministic times the backward's deterministic mode: give it with --backward or --backward-only")
+    names = set()
+    for spec in args.variant:
+        name, equals, path = spec.partition("=")
+        if not equals or not name or not path or "@" in name or name in names:
+            refuse(f"--variant {spec}: give NAME=PATH, each NAME new and without '@'")
+        if not os.path.isfile(path):
+            refuse(f"--variant {spec}: no file {path}")
+        names.add(name)
+    if args.lib is not None and not os.path.isfile(args.lib):
+        refuse(f"--lib {args.lib}: no such file")
+    for name, path in (("--json", args.json), ("--markdown", args.markdown)):
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            refuse(f"{name} {path}: no folder {folder}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lib", default=None,
@@ -462,7 +504,7 @@ def main():
                         help="which of our kernel generations to time")
     parser.add_argument("--variant-generations", nargs="+", default=["fa2", "fa3"], choices=["fa2", "fa3"],
                         help="which generations of the --variant builds to time")
-    parser.add_argument("--sdpa", nargs="+", default=list(SDPA_BACKENDS), choices=list(SDPA_BACKENDS),
+    parser.add_argument("--sdpa", nargs="+", default=list(SDPA_NAMES), choices=list(SDPA_NAMES),
                         help="which SDPA backends to time")
     parser.add_argument("--fp16", action="store_true", help="also time our FA3 on fp16 copies of the inputs")
     parser.add_argument("--no-fa4", action="store_true", help="do not time FlashAttention-4 even if it imports")
@@ -470,6 +512,8 @@ def main():
     parser.add_argument("--gemm", action="store_true", help="time the Hopper rung's GEMM beside torch's matmul")
     args = parser.parse_args()
     args.backward = args.backward or args.backward_only
+    check_arguments(args)
+    load_gpu_modules()
     result = run(args)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1)
