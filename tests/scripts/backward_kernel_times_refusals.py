@@ -2,11 +2,9 @@
 """scripts/backward_kernel_times.py refuses bad arguments before it imports PyTorch or touches a
 GPU: exit 2, one line on stderr naming the input, nothing on stdout, no output file written."""
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "backward_kernel_times.py"
+from script_checks import expect_refusal, run_script
 
 
 def main():
@@ -21,25 +19,12 @@ def main():
             (["--seqlens", "2048", "-1"], "--seqlens -1 is outside [1, 1048576]"),
             (["--head-dims", "96"], "--head-dims 96: give 64, 128 or 256"),
             (["--head-dims", "256", "--hidden", "320"], "--head-dims 256: give 64, 128 or 256, dividing --hidden 320"),
+            (["--json", str(out / "no" / "r.json")], "no folder"),
         ]
-        failures = 0
         for extra, text in cases:
-            result = subprocess.run([sys.executable, str(SCRIPT), *files, *extra], capture_output=True, text=True)
-            lines = result.stderr.strip().splitlines()
-            if result.returncode != 2 or result.stdout or len(lines) != 1 or text not in lines[0]:
-                print(f"FAILED: {extra}: exit {result.returncode}, stdout {result.stdout!r}, stderr {result.stderr!r}")
-                failures += 1
-        missing = ["--lib", "lib.so", "--json", str(out / "no" / "r.json"), "--markdown", str(out / "r.md")]
-        result = subprocess.run([sys.executable, str(SCRIPT), *missing], capture_output=True, text=True)
-        if result.returncode != 2 or "--json" not in result.stderr or "no folder" not in result.stderr:
-            print(f"FAILED: --json in a missing folder: exit {result.returncode}, stderr {result.stderr!r}")
-            failures += 1
-        if any(out.iterdir()):
-            print(f"FAILED: files written: {sorted(p.name for p in out.iterdir())}")
-            failures += 1
-    if failures:
-        sys.exit(1)
-    print(f"backward_kernel_times.py: {len(cases) + 1} refusals, each exit 2 with one line naming its input")
+            expect_refusal(run_script("backward_kernel_times.py", *files, *extra), text)
+        assert not any(out.iterdir()), f"files written: {sorted(p.name for p in out.iterdir())}"
+    print(f"backward_kernel_times.py: {len(cases)} refusals, each exit 2 with one line naming its input")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,9 @@
 """scripts/bench_kernels.py refuses bad arguments before it imports PyTorch or touches a GPU: exit 2,
 one line on stderr naming the input and what is allowed, nothing on stdout, no output file written."""
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_kernels.py"
+from script_checks import expect_refusal, run_script
 
 
 def main():
@@ -27,30 +25,17 @@ def main():
             (["--head-dims", "128", "--hidden", "320"], "--head-dims 128: give a multiple of 8 in [8, 256] dividing --hidden 320"),
             (["--deterministic"], "--deterministic times the backward's deterministic mode"),
             (["--variant", "candidate"], "--variant candidate: give NAME=PATH"),
-            (["--variant", "a@b=" + str(library)], "without '@'"),
+            (["--variant", f"a@b={library}"], "without '@'"),
             (["--variant", f"c={library}", "--variant", f"c={library}"], "each NAME new"),
-            (["--variant", "c=" + str(out / "missing.so")], "no file"),
+            (["--variant", f"c={out / 'missing.so'}"], "no file"),
             (["--lib", str(out / "missing.so")], "--lib"),
+            (["--json", str(out / "no" / "r.json")], "no folder"),
         ]
-        failures = 0
         for extra, text in cases:
-            result = subprocess.run([sys.executable, str(SCRIPT), *files, *extra], capture_output=True, text=True)
-            lines = result.stderr.strip().splitlines()
-            if result.returncode != 2 or result.stdout or len(lines) != 1 or text not in lines[0]:
-                print(f"FAILED: {extra}: exit {result.returncode}, stdout {result.stdout!r}, stderr {result.stderr!r}")
-                failures += 1
-        missing = ["--json", str(out / "no" / "r.json"), "--markdown", str(out / "r.md")]
-        result = subprocess.run([sys.executable, str(SCRIPT), *missing], capture_output=True, text=True)
-        if result.returncode != 2 or "--json" not in result.stderr or "no folder" not in result.stderr:
-            print(f"FAILED: --json in a missing folder: exit {result.returncode}, stderr {result.stderr!r}")
-            failures += 1
+            expect_refusal(run_script("bench_kernels.py", *files, *extra), text)
         written = sorted(p.name for p in out.iterdir() if p != library)
-        if written:
-            print(f"FAILED: files written: {written}")
-            failures += 1
-    if failures:
-        sys.exit(1)
-    print(f"bench_kernels.py: {len(cases) + 1} refusals, each exit 2 with one line naming its input")
+        assert not written, f"files written: {written}"
+    print(f"bench_kernels.py: {len(cases)} refusals, each exit 2 with one line naming its input")
 
 
 if __name__ == "__main__":
