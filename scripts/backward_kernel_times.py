@@ -19,10 +19,10 @@ Usage (on the GPU machine, after building the kernels):
 import argparse
 import collections
 import json
-import os
 import re
 import sys
 
+import argument_checks
 import flop_convention
 from interleaved_rounds import median, rotated
 
@@ -211,20 +211,11 @@ def main():
     checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16), ("--calls", args.calls, 1, 1000),
               ("--rounds", args.rounds, 1, 100)]
     checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
-    for name, value, low, high in checks:
-        if not low <= value <= high:
-            print(f"backward_kernel_times.py: {name} {value} is outside [{low}, {high}]", file=sys.stderr)
-            sys.exit(2)
+    argument_checks.check_ranges("backward_kernel_times.py", checks)
     for d in args.head_dims:
         if d not in (64, 128, 256) or args.hidden % d:
-            print(f"backward_kernel_times.py: --head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}",
-                  file=sys.stderr)
-            sys.exit(2)
-    for name, path in (("--json", args.json), ("--markdown", args.markdown)):
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            print(f"backward_kernel_times.py: {name} {path}: no folder {folder}", file=sys.stderr)
-            sys.exit(2)
+            argument_checks.refuse("backward_kernel_times.py", f"--head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}")
+    argument_checks.check_output_folders("backward_kernel_times.py", (("--json", args.json), ("--markdown", args.markdown)))
     load_gpu_modules()
     result = run(args)
     with open(args.json, "w") as file:

@@ -32,6 +32,7 @@ import platform
 import subprocess
 import sys
 
+import argument_checks
 import flop_convention
 import interleaved_rounds
 import kernel_abi
@@ -52,8 +53,8 @@ def load_gpu_modules():
     from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
     from triton.testing import do_bench  # noqa: PLC0415
 
-    SDPA_BACKENDS.update({"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-                          "sdpa_mem_efficient": SDPBackend.EFFICIENT_ATTENTION})
+    SDPA_BACKENDS.update(zip(SDPA_NAMES, (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                                          SDPBackend.EFFICIENT_ATTENTION)))
 
 
 class Flashlab:
@@ -445,20 +446,17 @@ def markdown(result):
     return "\n".join(lines)
 
 
-def refuse(text):
-    print(f"bench_kernels.py: {text}", file=sys.stderr)
-    sys.exit(2)
-
-
 def check_arguments(args):
     """Every argument checked before PyTorch is imported: a bad one is refused with one line on
     stderr naming it and what is allowed, exit 2, nothing written."""
+    script = "bench_kernels.py"
+
+    def refuse(text):
+        argument_checks.refuse(script, text)
+
     checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 8, 1 << 16), ("--rounds", args.rounds, 1, 100),
               ("--fa1-max-seqlen", args.fa1_max_seqlen, 0, 1 << 20)]
-    checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
-    for name, value, low, high in checks:
-        if not low <= value <= high:
-            refuse(f"{name} {value} is outside [{low}, {high}]")
+    argument_checks.check_ranges(script, checks + [("--seqlens", s, 1, 1 << 20) for s in args.seqlens])
     for d in args.head_dims:
         if not (8 <= d <= 256 and d % 8 == 0 and args.hidden % d == 0):
             refuse(f"--head-dims {d}: give a multiple of 8 in [8, 256] dividing --hidden {args.hidden}")
@@ -474,10 +472,7 @@ def check_arguments(args):
         names.add(name)
     if args.lib is not None and not os.path.isfile(args.lib):
         refuse(f"--lib {args.lib}: no such file")
-    for name, path in (("--json", args.json), ("--markdown", args.markdown)):
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            refuse(f"{name} {path}: no folder {folder}")
+    argument_checks.check_output_folders(script, (("--json", args.json), ("--markdown", args.markdown)))
 
 
 def main():
