@@ -24,7 +24,8 @@ JSON with the same fields. Bad arguments: one line on stderr, exit status 2.
 """
 import argparse
 import json
-import sys
+
+import argument_checks
 
 KEY_ROWS = 128            # keys per block: two warpgroups of 64
 ELEMENT_BYTES = 2         # bf16 / fp16
@@ -80,8 +81,7 @@ def report(head_dim, query_rows, dq_split):
 
 
 def refuse(message):
-    print(f"backward_shared_traffic.py: {message}", file=sys.stderr)
-    sys.exit(2)
+    argument_checks.refuse("backward_shared_traffic.py", message)
 
 
 def main():

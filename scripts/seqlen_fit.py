@@ -27,14 +27,15 @@ Usage:
 import argparse
 import json
 import os
-import sys
 
+import argument_checks
 import flop_convention
+
+SCRIPT = "seqlen_fit.py"
 
 
 def refuse(message):
-    print(f"seqlen_fit.py: {message}", file=sys.stderr)
-    sys.exit(2)
+    argument_checks.refuse(SCRIPT, message)
 
 
 def call_microseconds(row, pass_name, tflops):
@@ -111,9 +112,8 @@ def main():
         refuse(f"--pass {args.pass_name}: give fwd or bwd")
     if args.ours == args.anchor:
         refuse(f"--ours and --anchor are both {args.ours}: give two implementations")
-    for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            refuse(f"{flag} {path}: no folder {os.path.dirname(os.path.abspath(path))}")
+    argument_checks.check_output_folders(SCRIPT, [(flag, path) for flag, path in
+                                                  (("--json", args.json), ("--markdown", args.markdown)) if path])
     try:
         with open(args.bench_json) as f:
             bench = json.load(f)
