@@ -357,7 +357,9 @@ torch.cuda.cudart().cudaProfilerStop()" >"$OUT/ncu_bwd_fa4.log" 2>&1
 step_variants() {
   # Libraries of candidate changes, kept for a later call on the same machine (its benchmark takes
   # them with --variant NAME=/tmp/flashlab_variants/NAME.so): each patch of COMPARE_PATCHES is
-  # applied, built incrementally, its library copied, and reverted; the base is rebuilt last.
+  # applied, built incrementally, its library copied, and reverted; the base is rebuilt last. Where
+  # an earlier compare left its libraries, each is copied there too, so that compare-bench times it
+  # beside them (variants checked by compare, the others only built).
   local libs=/tmp/flashlab_variants lib=$BUILD/kernels/libflashlab_kernels_c.so patch name
   mkdir -p $libs
   for patch in ${COMPARE_PATCHES:?variants needs COMPARE_PATCHES=\"<git diff file>...\"}; do
@@ -365,6 +367,7 @@ step_variants() {
     patch -p1 --quiet <"$patch" || { echo "$name: the patch does not apply"; status=1; continue; }
     if cmake --build $BUILD --target flashlab_kernels_c -j16 >"$OUT/variant_$name.log" 2>&1; then
       cp $lib "$libs/$name.so" && echo "variant $name: $libs/$name.so"
+      if [ -d /tmp/flashlab_compare ]; then cp $lib "/tmp/flashlab_compare/$name.so"; fi
     else
       echo "$name: build failed"; grep -m20 -E "error" "$OUT/variant_$name.log"; status=1
     fi
