@@ -41,6 +41,13 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
     const int lq = problem.seqlen_q_of(b), lk = problem.seqlen_k_of(b);
     const int rq = problem.first_row_q(b), rk = problem.first_row_k(b);
     const std::vector<float> K = head_rows(x.K, rk, lk, hk), V = head_rows(x.V, rk, lk, hk);
+    // K^T and V^T ([dim][length]): the scores' sums over the head dim then run along a row of keys.
+    std::vector<float> KT(K.size()), VT(V.size());
+    for (int j = 0; j < lk; ++j)
+      for (int c = 0; c < d; ++c) {
+        KT[static_cast<std::size_t>(c) * lk + j] = K[static_cast<std::size_t>(j) * d + c];
+        VT[static_cast<std::size_t>(c) * lk + j] = V[static_cast<std::size_t>(j) * d + c];
+      }
     for (int h = hk * problem.group_size(); h < (hk + 1) * problem.group_size(); ++h) {
       const HeadProblem head = head_problem(problem, b, h);
       const std::vector<float> Q = head_rows(x.Q, rq, lq, h), dO = head_rows(x.dO, rq, lq, h), O = head_rows(x.O, rq, lq, h);
@@ -48,12 +55,16 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
       for (int i = 0; i < lq; ++i) {
         const float* q_row = &Q[static_cast<std::size_t>(i) * d];
         float* p_row = &P[static_cast<std::size_t>(i) * lk];
+        // S = Q K^T: each score's fp32 sum over the head dim in increasing order.
+        std::fill(p_row, p_row + lk, 0.0f);
+        for (int c = 0; c < d; ++c) {
+          const float q = q_row[c];
+          const float* kt_row = &KT[static_cast<std::size_t>(c) * lk];
+          for (int j = 0; j < lk; ++j) p_row[j] += q * kt_row[j];
+        }
         float row_max = -INFINITY;
         for (int j = 0; j < lk; ++j) {
-          const float* k_row = &K[static_cast<std::size_t>(j) * d];
-          float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += q_row[c] * k_row[c];
-          const float score = r(r(dot) * scale);
+          const float score = r(r(p_row[j]) * scale);
           p_row[j] = head.key_visible(i, j) ? score : -INFINITY;
           row_max = std::max(row_max, p_row[j]);
         }
@@ -73,30 +84,45 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
         float* ds_row = &dS[static_cast<std::size_t>(i) * lk];
         float delta = 0.0f;
         for (int c = 0; c < d; ++c) delta += do_row[c] * o_row[c];
-        for (int j = 0; j < lk; ++j) {
-          const float* v_row = &V[static_cast<std::size_t>(j) * d];
-          float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += do_row[c] * v_row[c];
-          ds_row[j] = r(dot);
+        std::fill(ds_row, ds_row + lk, 0.0f);
+        for (int c = 0; c < d; ++c) {
+          const float g = do_row[c];
+          const float* vt_row = &VT[static_cast<std::size_t>(c) * lk];
+          for (int j = 0; j < lk; ++j) ds_row[j] += g * vt_row[j];
         }
+        for (int j = 0; j < lk; ++j) ds_row[j] = r(ds_row[j]);
         for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (ds_row[j] - delta)) * scale);
       }
+      // dQ = dS K, dK = dS^T Q, dV = P^T dO, each output's fp32 sum taken over j (i) in increasing
+      // order; the loops run along rows so that the inner one reads and writes contiguously.
+      std::vector<float> sum(d);
       for (int i = 0; i < lq; ++i) {
-        for (int c = 0; c < d; ++c) {
-          float dot = 0.0f;
-          for (int j = 0; j < lk; ++j) dot += dS[static_cast<std::size_t>(i) * lk + j] * K[static_cast<std::size_t>(j) * d + c];
-          out.dQ.at(rq + i, h, c) = r(dot);
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        for (int j = 0; j < lk; ++j) {
+          const float ds = dS[static_cast<std::size_t>(i) * lk + j];
+          const float* k_row = &K[static_cast<std::size_t>(j) * d];
+          for (int c = 0; c < d; ++c) sum[c] += ds * k_row[c];
+        }
+        for (int c = 0; c < d; ++c) out.dQ.at(rq + i, h, c) = r(sum[c]);
+      }
+      std::vector<float> dk(static_cast<std::size_t>(lk) * d, 0.0f), dv(dk.size(), 0.0f);
+      for (int i = 0; i < lq; ++i) {
+        const float* q_row = &Q[static_cast<std::size_t>(i) * d];
+        const float* do_row = &dO[static_cast<std::size_t>(i) * d];
+        for (int j = 0; j < lk; ++j) {
+          const float ds = dS[static_cast<std::size_t>(i) * lk + j], p = P[static_cast<std::size_t>(i) * lk + j];
+          float* dk_row = &dk[static_cast<std::size_t>(j) * d];
+          float* dv_row = &dv[static_cast<std::size_t>(j) * d];
+          for (int c = 0; c < d; ++c) {
+            dk_row[c] += ds * q_row[c];
+            dv_row[c] += p * do_row[c];
+          }
         }
       }
       for (int j = 0; j < lk; ++j) {
         for (int c = 0; c < d; ++c) {
-          float dk = 0.0f, dv = 0.0f;
-          for (int i = 0; i < lq; ++i) {
-            dk += dS[static_cast<std::size_t>(i) * lk + j] * Q[static_cast<std::size_t>(i) * d + c];
-            dv += P[static_cast<std::size_t>(i) * lk + j] * dO[static_cast<std::size_t>(i) * d + c];
-          }
-          dk_sum.at(rk + j, hk, c) += r(dk);
-          dv_sum.at(rk + j, hk, c) += r(dv);
+          dk_sum.at(rk + j, hk, c) += r(dk[static_cast<std::size_t>(j) * d + c]);
+          dv_sum.at(rk + j, hk, c) += r(dv[static_cast<std::size_t>(j) * d + c]);
         }
       }
     }
