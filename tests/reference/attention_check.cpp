@@ -12,6 +12,8 @@
 
 namespace flashlab::reference {
 
+// Per (sequence, query head) in parallel, each writing its own rows: the same bit for bit whatever
+// the thread count.
 NaiveOutputs naive_forward_same_precision(const Problem& problem, const AttentionTensors& x) {
   const DType dtype = problem.dtype;
   const int d = problem.head_dim, dv = problem.value_dim();
@@ -19,48 +21,48 @@ NaiveOutputs naive_forward_same_precision(const Problem& problem, const Attentio
   NaiveOutputs out;
   out.O = HostTensor(TensorId::O, dtype, x.Q.rows, problem.heads_q, dv);
   out.LSE = HostTensor(TensorId::LSE, DType::fp32, x.Q.rows, problem.heads_q, 1);
-  std::vector<float> s, p;
-  for (int b = 0; b < problem.batch; ++b) {
-    for (int h = 0; h < problem.heads_q; ++h) {
-      const HeadProblem head = head_problem(problem, b, h);
-      const int row_q = problem.first_row_q(b), row_k = problem.first_row_k(b), kv = problem.kv_head(h);
-      s.assign(head.seqlen_k, 0.f);
-      p.assign(head.seqlen_k, 0.f);
-      for (int i = 0; i < head.seqlen_q; ++i) {
-        float row_max = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < head.seqlen_k; ++j) {
-          if (!head.key_visible(i, j)) {
-            s[j] = -std::numeric_limits<float>::infinity();
-            continue;
-          }
-          float dot = 0.f;  // fp32 accumulation, as the tensor cores and cuBLAS do
-          for (int c = 0; c < d; ++c) dot += x.Q.at(row_q + i, h, c) * x.K.at(row_k + j, kv, c);
-          // softcap, then ALiBi, written here as in the oracle (not through the code under test)
-          float score = dot * scale;
-          if (head.softcap > 0) score = head.softcap * std::tanh(score / head.softcap);
-          if (head.alibi_slope != 0) score -= head.alibi_slope * static_cast<float>(std::abs(i + head.diagonal_offset() - j));
-          s[j] = round_to(dtype, score);
-          row_max = std::max(row_max, s[j]);
+  for_each_unit(problem.batch * problem.heads_q, hardware_workers(), [&](int unit) {
+    const int b = unit / problem.heads_q, h = unit % problem.heads_q;
+    const HeadProblem head = head_problem(problem, b, h);
+    const int row_q = problem.first_row_q(b), row_k = problem.first_row_k(b), kv = problem.kv_head(h);
+    std::vector<float> s(head.seqlen_k, 0.f), p(head.seqlen_k, 0.f), acc(dv);
+    for (int i = 0; i < head.seqlen_q; ++i) {
+      float row_max = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < head.seqlen_k; ++j) {
+        if (!head.key_visible(i, j)) {
+          s[j] = -std::numeric_limits<float>::infinity();
+          continue;
         }
-        float sum = 0.f;
-        for (int j = 0; j < head.seqlen_k; ++j) {
-          p[j] = row_max == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(s[j] - row_max);
-          sum += p[j];
-        }
-        for (int j = 0; j < head.seqlen_k; ++j) p[j] = sum > 0 ? round_to(dtype, p[j] / sum) : 0.f;
-        if (head.dropout.probability > 0) {  // dropout on the stored P, as a framework applies it
-          for (int j = 0; j < head.seqlen_k; ++j)
-            p[j] = head.dropout_keeps(i, j) ? round_to(dtype, p[j] * head.dropout_scale()) : 0.f;
-        }
-        for (int c = 0; c < dv; ++c) {
-          float acc = 0.f;
-          for (int j = 0; j < head.seqlen_k; ++j) acc += p[j] * x.V.at(row_k + j, kv, c);
-          out.O.at(row_q + i, h, c) = round_to(dtype, acc);
-        }
-        out.LSE.at(row_q + i, h, 0) = sum > 0 ? row_max + std::log(sum) : -std::numeric_limits<float>::infinity();
+        float dot = 0.f;  // fp32 accumulation, as the tensor cores and cuBLAS do
+        for (int c = 0; c < d; ++c) dot += x.Q.at(row_q + i, h, c) * x.K.at(row_k + j, kv, c);
+        // softcap, then ALiBi, written here as in the oracle (not through the code under test)
+        float score = dot * scale;
+        if (head.softcap > 0) score = head.softcap * std::tanh(score / head.softcap);
+        if (head.alibi_slope != 0) score -= head.alibi_slope * static_cast<float>(std::abs(i + head.diagonal_offset() - j));
+        s[j] = round_to(dtype, score);
+        row_max = std::max(row_max, s[j]);
       }
+      float sum = 0.f;
+      for (int j = 0; j < head.seqlen_k; ++j) {
+        p[j] = row_max == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(s[j] - row_max);
+        sum += p[j];
+      }
+      for (int j = 0; j < head.seqlen_k; ++j) p[j] = sum > 0 ? round_to(dtype, p[j] / sum) : 0.f;
+      if (head.dropout.probability > 0) {  // dropout on the stored P, as a framework applies it
+        for (int j = 0; j < head.seqlen_k; ++j)
+          p[j] = head.dropout_keeps(i, j) ? round_to(dtype, p[j] * head.dropout_scale()) : 0.f;
+      }
+      // O = P V: each output's fp32 sum over the keys in increasing order, along V's rows.
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int j = 0; j < head.seqlen_k; ++j) {
+        const float weight = p[j];
+        const float* v_row = &x.V.values[(static_cast<std::size_t>(row_k + j) * x.V.heads + kv) * x.V.dim];
+        for (int c = 0; c < dv; ++c) acc[c] += weight * v_row[c];
+      }
+      for (int c = 0; c < dv; ++c) out.O.at(row_q + i, h, c) = round_to(dtype, acc[c]);
+      out.LSE.at(row_q + i, h, 0) = sum > 0 ? row_max + std::log(sum) : -std::numeric_limits<float>::infinity();
     }
-  }
+  });
   return out;
 }
 
