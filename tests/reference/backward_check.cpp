@@ -90,8 +90,7 @@ NaiveGradients naive_backward_same_precision(const Problem& problem, const Atten
           const float* vt_row = &VT[static_cast<std::size_t>(c) * lk];
           for (int j = 0; j < lk; ++j) ds_row[j] += g * vt_row[j];
         }
-        for (int j = 0; j < lk; ++j) ds_row[j] = r(ds_row[j]);
-        for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (ds_row[j] - delta)) * scale);
+        for (int j = 0; j < lk; ++j) ds_row[j] = r(r(p_row[j] * (r(ds_row[j]) - delta)) * scale);
       }
       // dQ = dS K, dK = dS^T Q, dV = P^T dO, each output's fp32 sum taken over j (i) in increasing
       // order; the loops run along rows so that the inner one reads and writes contiguously.
