@@ -18,8 +18,10 @@ def check_ranges(script, checks):
 
 
 def check_output_folders(script, outputs):
-    """outputs: (flag, path), each path's folder to exist."""
+    """outputs: (flag, path), each given path's folder to exist (a flag not given has path None)."""
     for flag, path in outputs:
+        if path is None:
+            continue
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             refuse(script, f"{flag} {path}: no folder {folder}")

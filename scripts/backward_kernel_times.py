@@ -29,6 +29,7 @@ from interleaved_rounds import median, rotated
 # PyTorch, Triton and the benchmark's helpers are imported once the arguments are checked
 # (load_gpu_modules), so a bad argument is refused on any machine.
 torch = F = SDPBackend = sdpa_kernel = ProfilerActivity = profile = bench_kernels = None
+SCRIPT = "backward_kernel_times.py"
 
 
 def load_gpu_modules():
@@ -211,11 +212,11 @@ def main():
     checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16), ("--calls", args.calls, 1, 1000),
               ("--rounds", args.rounds, 1, 100)]
     checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
-    argument_checks.check_ranges("backward_kernel_times.py", checks)
+    argument_checks.check_ranges(SCRIPT, checks)
     for d in args.head_dims:
         if d not in (64, 128, 256) or args.hidden % d:
-            argument_checks.refuse("backward_kernel_times.py", f"--head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}")
-    argument_checks.check_output_folders("backward_kernel_times.py", (("--json", args.json), ("--markdown", args.markdown)))
+            argument_checks.refuse(SCRIPT, f"--head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}")
+    argument_checks.check_output_folders(SCRIPT, (("--json", args.json), ("--markdown", args.markdown)))
     load_gpu_modules()
     result = run(args)
     with open(args.json, "w") as file:

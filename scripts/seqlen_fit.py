@@ -112,8 +112,7 @@ def main():
         refuse(f"--pass {args.pass_name}: give fwd or bwd")
     if args.ours == args.anchor:
         refuse(f"--ours and --anchor are both {args.ours}: give two implementations")
-    argument_checks.check_output_folders(SCRIPT, [(flag, path) for flag, path in
-                                                  (("--json", args.json), ("--markdown", args.markdown)) if path])
+    argument_checks.check_output_folders(SCRIPT, (("--json", args.json), ("--markdown", args.markdown)))
     try:
         with open(args.bench_json) as f:
             bench = json.load(f)

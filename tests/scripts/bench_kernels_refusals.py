@@ -4,7 +4,7 @@ one line on stderr naming the input and what is allowed, nothing on stdout, no o
 import pathlib
 import tempfile
 
-from script_checks import expect_refusal, run_script
+from script_checks import expect_refusals
 
 
 def main():
@@ -31,11 +31,7 @@ def main():
             (["--lib", str(out / "missing.so")], "--lib"),
             (["--json", str(out / "no" / "r.json")], "no folder"),
         ]
-        for extra, text in cases:
-            expect_refusal(run_script("bench_kernels.py", *files, *extra), text)
-        written = sorted(p.name for p in out.iterdir() if p != library)
-        assert not written, f"files written: {written}"
-    print(f"bench_kernels.py: {len(cases)} refusals, each exit 2 with one line naming its input")
+        expect_refusals("bench_kernels.py", files, cases, out, kept=(library,))
 
 
 if __name__ == "__main__":

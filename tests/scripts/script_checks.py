@@ -16,3 +16,13 @@ def expect_refusal(result, text):
     assert result.stdout == "", result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and text in lines[0], result.stderr
+
+
+def expect_refusals(name, common, cases, folder, kept=()):
+    """Each case (extra arguments, text) refused by the script run with `common` + extra, and no
+    file written to `folder` but those in `kept`; prints how many."""
+    for extra, text in cases:
+        expect_refusal(run_script(name, *common, *extra), text)
+    written = sorted(p.name for p in pathlib.Path(folder).iterdir() if p not in kept)
+    assert not written, f"files written: {written}"
+    print(f"{name}: {len(cases)} refusals, each exit 2 with one line naming its input")
