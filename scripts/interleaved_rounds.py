@@ -6,6 +6,8 @@ kernels timed first (docs/kernels.md); rotating the order each round leaves no p
 
 def rotated(names, round_index):
     """The names in round `round_index`'s order: each round starts one name later than the one before."""
+    if not names:  # nothing timed (e.g. the forward under --backward-only)
+        return []
     shift = round_index % len(names)
     return names[shift:] + names[:shift]
 

@@ -22,6 +22,7 @@ def main():
     expect("median of 3", interleaved_rounds.median([9.0, 1.0, 4.0]), 4.0)
     expect("median of 4", interleaved_rounds.median([9.0, 1.0, 4.0, 2.0]), 4.0)  # 1 2 4 9: the upper middle
     expect("round 4 of 3 names", interleaved_rounds.rotated(["a", "b", "c"], 4), ["b", "c", "a"])
+    expect("a round of no names", interleaved_rounds.rotated([], 2), [])  # the forward under --backward-only
 
     calls = []
     walls = {"a": [10.0, 30.0, 20.0, 40.0], "b": [5.0, 5.0, 9.0, 1.0], "c": [7.0, 8.0, 9.0, 10.0]}
