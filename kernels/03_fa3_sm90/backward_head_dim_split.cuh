@@ -80,7 +80,10 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&bars.dq_added);
   };
-  if (w.iterations > 0) mbarrier_wait(&bars.kv_full, w.kv_loads & 1);
+  if (w.iterations > 0) {
+    mbarrier_wait(&bars.k_full, w.kv_loads & 1);
+    mbarrier_wait(&bars.v_full, w.kv_loads & 1);
+  }
   RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
   for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {

@@ -37,13 +37,17 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
   const int dq_writer_warps = Tile::kHeadDimSplit ? (p.deterministic ? 1 : 0) : (p.deterministic ? 2 : 1);
   const int walk_readers = 1 + (Tile::kHeadDimSplit ? dq_writer_warps : 32 * dq_writer_warps) + 8 * 32;
   if (threadIdx.x == 0) {
+    // The tensor maps first, so that their fetch overlaps the set-up before the first loads.
+    tma_prefetch_map(p.k_map), tma_prefetch_map(p.v_map), tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
+    tma_prefetch_map(p.lse_map), tma_prefetch_map(p.delta_map);
     for (int slot = 0; slot < kWalkSlots; ++slot) {
       mbarrier_init(&bars.walk_full[slot], 1);                         // the walker
       mbarrier_init(&bars.walk_empty[slot], walk_readers);           // each reading lane
     }
     mbarrier_init(&bars.walk_draw, 1);  // producer warp 0's lane 0
     if constexpr (!Tile::kPersistent) write_key_block_work<Tile>(p, static_cast<int>(blockIdx.x), 0, 0, walk[0]);
-    mbarrier_init(&bars.kv_full, 1);
+    mbarrier_init(&bars.k_full, 1);
+    mbarrier_init(&bars.v_full, 1);
     mbarrier_init(&bars.kv_empty, 8);  // each consumer warp
     for (int stage = 0; stage < Tile::kStages; ++stage) {
       mbarrier_init(&bars.q_full[stage], 1);    // producer warp 0's lane 0, with the bytes
@@ -56,6 +60,11 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
     mbarrier_init(&bars.dq_turn, 1);   // order_dq_additions
     mbarrier_init(&bars.dq_added, 8);  // each consumer warp
     mbarrier_init_fence();
+    // Thread 0 is the producer's lane: a block that walks one key block sends K_j, its first
+    // step's loads and V_j now, so that the block's set-up runs behind their latency.
+    if constexpr (!Tile::kPersistent) {
+      if (!walk[0].past_sequence()) produce_inputs<Tile>(p, walk[0], shared, bars, 0, 1);
+    }
   }
   __syncthreads();
   // The warpgroup index through a shuffle, so the compiler knows it is the same in every lane (the
@@ -66,8 +75,8 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
     registers_decrease_to<Tile::kProducerRegisters>();
     if (Tile::kPersistent && warp == 3 && lane == 0) walk_ahead<Tile>(p, walk, bars);  // the walker
     if (warp == 0 && lane == 0) {
-      tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
-      for_each_key_block<Tile>(p, walk, bars, 1u, [&](const KeyBlockWork& w) { produce_inputs<Tile>(p, w, shared, bars); },
+      for_each_key_block<Tile>(p, walk, bars, 1u,
+                               [&](const KeyBlockWork& w) { produce_inputs<Tile>(p, w, shared, bars, Tile::kPersistent ? 0 : 1); },
                                &bars.walk_draw);
     }
     if constexpr (Tile::kHeadDimSplit) {

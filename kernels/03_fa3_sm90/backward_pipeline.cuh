@@ -58,7 +58,7 @@ struct BackwardBarriers {
   static constexpr int kMaxStages = 2;
   Mbarrier walk_full[kWalkSlots], walk_empty[kWalkSlots];  // a key block published; every reader done with it
   Mbarrier walk_draw;  // the producer has issued a key block's loads: the walker may draw the next
-  Mbarrier kv_full, kv_empty;  // K_j, V_j in; the consumers done with them (the next key block's may load)
+  Mbarrier k_full, v_full, kv_empty;  // K_j in, V_j in; the consumers done with them (the next key block's may load)
   Mbarrier q_full[kMaxStages], q_empty[kMaxStages];
   Mbarrier dq_full[2], dq_empty[2];  // keys split: the staged slices
   Mbarrier dq_turn, dq_added;        // head dim split, deterministic mode: the consumers' turn to add dQ_i, and their sums added
@@ -309,28 +309,34 @@ __device__ __forceinline__ void store_dk_dv_staged(const BackwardParams& p, cons
 }
 
 // ---------------------------------------------------------------------------------------------
-// Producer warp 0, lane 0: every TMA copy.
+// Producer warp 0, lane 0: every TMA copy, of the key block's steps [first, last) (a block that
+// walks one key block issues its first step, and K_j and V_j, before its first __syncthreads).
 template <class Tile>
 __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, unsigned char* shared,
-                               BackwardBarriers& bars) {
+                               BackwardBarriers& bars, int first = 0, int last = 1 << 30) {
   constexpr int kBlockM = Tile::kBlockM;
   const int map_batch = static_cast<int>(w.sequence.batch), head_kv = w.head_kv;
-  // K_j and V_j (a key block no query sees loads nothing), once the consumers are done with the
-  // previous key block's: issued after the first Q_i and dO_i, which may load while the previous
-  // key block's last step runs.
+  const int key0 = static_cast<int>(w.sequence.position_k) + w.key_begin;
+  // K_j, then V_j, each on its own barrier (a key block no query sees loads nothing), once the
+  // consumers are done with the previous key block's. A block that walks one key block sends K_j
+  // before the first Q_i and V_j after it, so that the first scores S^T = K_j Q_i^T wait for those
+  // two only (FlashAttention-4's order); the walk sends both after the first Q_i and dO_i, which
+  // may load while the previous key block's last step runs.
+  auto load_panels = [&](int tile, const CUtensorMap& map, Mbarrier* full) {
+    mbarrier_arrive_expect_bytes(full, Tile::kKVBytes);
+    for (int panel = 0; panel < Tile::kPanels; ++panel)
+      tma_load(shared + tile + panel * Tile::kBlockN * 128, map, panel * 64, key0, head_kv, map_batch, full);
+  };
   auto load_keys = [&] {
     if (w.kv_loads > 0) mbarrier_wait(&bars.kv_empty, (w.kv_loads - 1) & 1);
-    mbarrier_arrive_expect_bytes(&bars.kv_full, 2 * Tile::kKVBytes);
-    const int key0 = static_cast<int>(w.sequence.position_k) + w.key_begin;
-    for (int panel = 0; panel < Tile::kPanels; ++panel) {
-      tma_load(shared + Tile::kK + panel * Tile::kBlockN * 128, p.k_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
-      tma_load(shared + Tile::kV + panel * Tile::kBlockN * 128, p.v_map, panel * 64, key0, head_kv, map_batch, &bars.kv_full);
-    }
+    load_panels(Tile::kK, p.k_map, &bars.k_full);
   };
+  if (!Tile::kPersistent && first == 0 && w.iterations > 0) load_keys();
   float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
   RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
-  for (int it = 0; it < w.iterations; ++it, ring.advance(), step.advance(w)) {
+  for (int it = 0; it < min(w.iterations, last); ++it, ring.advance(), step.advance(w)) {
+    if (it < first) continue;
     const int query_begin = step.block * kBlockM;
     mbarrier_wait(&bars.q_empty[ring.stage], ring.phase ^ 1);
     Mbarrier* full = &bars.q_full[ring.stage];
@@ -348,7 +354,10 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     float* stage_rows = rows + ring.stage * 2 * Tile::kRowsPitch;
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
     tma_load_rows(stage_rows + Tile::kRowsPitch, p.delta_map, workspace_row, step.head, full);
-    if (it == 0) load_keys();
+    if (it == 0) {
+      if constexpr (Tile::kPersistent) load_keys();
+      load_panels(Tile::kV, p.v_map, &bars.v_full);
+    }
   }
 }
 

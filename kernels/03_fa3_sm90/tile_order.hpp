@@ -15,6 +15,7 @@
 
 #include "algorithms/host_device.hpp"
 #include "kernels/common/constants.hpp"
+#include "kernels/common/fixed_divisor.hpp"
 
 namespace flashlab::kernels::fa3 {
 
@@ -28,26 +29,47 @@ struct TileOrder {
   int heaviest_first = 0;  // causal: heaviest first within each section
   int section_pairs = 1;   // (head, batch) pairs per section, >= 1
   int ascending = 0;       // sections: blocks from the first up (the backward's key blocks)
+  // The divisions of coordinates() by multiply-high (fixed_divisor.hpp; a block works out its
+  // tile before anything else, so the division's reciprocal sequence would delay its first loads):
+  // by m_blocks, heads_q, a section's tiles, its pairs and the last section's pairs. Filled by
+  // tile_order() below, which every order goes through.
+  FixedDivisor by_m_blocks, by_heads, by_section_tiles, by_section_pairs, by_last_section_pairs;
+  int last_section = 0;
 
   FLASHLAB_HOST_DEVICE int tiles() const { return m_blocks * heads_q * batch; }
 
   FLASHLAB_HOST_DEVICE TileCoordinates coordinates(int tile) const {
     int m_block = 0, pair = 0;  // pair = batch * heads_q + head: adjacent heads share a GQA group's K and V
     if (heaviest_first) {
-      const int pairs = heads_q * batch;
-      const int section_tiles = section_pairs * m_blocks;
-      const int section = tile / section_tiles, within = tile % section_tiles;
-      const int first_pair = section * section_pairs;
-      const int pairs_here = pairs - first_pair < section_pairs ? pairs - first_pair : section_pairs;
-      m_block = ascending ? within / pairs_here : m_blocks - 1 - within / pairs_here;
-      pair = first_pair + within % pairs_here;
+      const int section = by_section_tiles.quotient(tile);
+      const int within = by_section_tiles.remainder(tile, section);
+      const FixedDivisor& by_pairs_here = section == last_section ? by_last_section_pairs : by_section_pairs;
+      const int rank = by_pairs_here.quotient(within);
+      m_block = ascending ? rank : m_blocks - 1 - rank;
+      pair = section * section_pairs + by_pairs_here.remainder(within, rank);
     } else {
-      m_block = tile % m_blocks;
-      pair = tile / m_blocks;
+      pair = by_m_blocks.quotient(tile);
+      m_block = by_m_blocks.remainder(tile, pair);
     }
-    return {m_block, pair % heads_q, pair / heads_q};
+    const int batch_index = by_heads.quotient(pair);
+    return {m_block, by_heads.remainder(pair, batch_index), batch_index};
   }
 };
+
+// Every order: the fields, then the divisors worked out from them.
+inline TileOrder tile_order(int m_blocks, int heads_q, int batch, int heaviest_first, int section_pairs, int ascending = 0) {
+  TileOrder order;
+  order.m_blocks = m_blocks, order.heads_q = heads_q, order.batch = batch;
+  order.heaviest_first = heaviest_first, order.section_pairs = section_pairs, order.ascending = ascending;
+  const int pairs = heads_q * batch;
+  order.last_section = (pairs - 1) / section_pairs;
+  order.by_m_blocks = FixedDivisor::of(m_blocks);
+  order.by_heads = FixedDivisor::of(heads_q);
+  order.by_section_tiles = FixedDivisor::of(section_pairs * m_blocks);
+  order.by_section_pairs = FixedDivisor::of(section_pairs);
+  order.by_last_section_pairs = FixedDivisor::of(pairs - order.last_section * section_pairs);
+  return order;
+}
 
 // The (head, batch) pairs of one section: as many as the L2 budget holds the K and V of, where
 // the group_size query heads of a GQA group share one K and V; at least one, at most all `pairs`
@@ -66,12 +88,8 @@ inline int l2_section_pairs(long long seqlen_k, long long head_dim, int group_si
 // holds every pair gives the order without sections, longest first across every head).
 inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
                                     bool causal, int block_m, long long l2_budget_bytes = kL2SectionBytes) {
-  TileOrder order;
-  order.m_blocks = (seqlen_q + block_m - 1) / block_m;
-  order.heads_q = heads_q, order.batch = batch;
-  order.heaviest_first = causal ? 1 : 0;
-  order.section_pairs = l2_section_pairs(seqlen_k, head_dim, heads_q / heads_kv, kElementBytes, l2_budget_bytes, heads_q * batch);
-  return order;
+  return tile_order((seqlen_q + block_m - 1) / block_m, heads_q, batch, causal ? 1 : 0,
+                    l2_section_pairs(seqlen_k, head_dim, heads_q / heads_kv, kElementBytes, l2_budget_bytes, heads_q * batch));
 }
 
 // The order fa3_backward launches (backward_host.cu): the key blocks of every (KV head, batch)
@@ -81,17 +99,14 @@ inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, in
 // deterministic mode from the last down (its dQ turns go from the last key block down).
 inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
                                      bool deterministic, int block_n, long long l2_budget_bytes = kL2SectionBytes) {
-  TileOrder order;
-  order.m_blocks = (seqlen_k + block_n - 1) / block_n;
-  order.heads_q = heads_kv, order.batch = batch;  // the pairs are (KV head, batch)
-  order.heaviest_first = 1;
-  order.ascending = deterministic ? 0 : 1;
   const long long group_rows = static_cast<long long>(seqlen_q) * (heads_q / heads_kv);
   // l2_section_pairs counts 2 x element_bytes per row and column (K and V); Q, dO and the fp32
   // accumulator are 2 x element_bytes + 4.
   const long long pair_bytes_per_element = kElementBytes + 2;
-  order.section_pairs = l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch);
-  return order;
+  // The pairs are (KV head, batch).
+  return tile_order((seqlen_k + block_n - 1) / block_n, heads_kv, batch, 1,
+                    l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch),
+                    deterministic ? 0 : 1);
 }
 
 }  // namespace flashlab::kernels::fa3

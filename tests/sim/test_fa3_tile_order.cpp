@@ -1,7 +1,11 @@
 // The FA3 rung's tile orders (kernels/03_fa3_sm90/tile_order.hpp) on the CPU: every order is a
 // permutation of the (m_block, head, batch) tiles; the forward's causal order is heaviest first
 // inside each section of (head, batch) pairs, the backward's takes the key blocks from the first up
-// (from the last down when deterministic); a section holds what the L2 budget holds.
+// (from the last down when deterministic); a section holds what the L2 budget holds. The divisions
+// by multiply-high (kernels/common/fixed_divisor.hpp) against `/` and `%`.
+#include <algorithm>
+#include <cstdint>
+#include <random>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -9,8 +13,11 @@
 #include "catch.hpp"
 #include "kernels/03_fa3_sm90/tile_order.hpp"
 
+using flashlab::kernels::FixedDivisor;
 using flashlab::kernels::fa3::backward_tile_order;
 using flashlab::kernels::fa3::l2_section_pairs;
+using flashlab::kernels::fa3::tile_order;
+using flashlab::kernels::fa3::TileCoordinates;
 using flashlab::kernels::fa3::TileOrder;
 
 namespace {
@@ -20,7 +27,49 @@ int pair_of(const TileOrder& order, int tile) {
   return c.batch * order.heads_q + c.head;
 }
 
+// The order's rule by `/` and `%` (the tile_order.hpp comment's words, written out).
+TileCoordinates by_plain_division(const TileOrder& order, int tile) {
+  int m_block = 0, pair = 0;
+  if (order.heaviest_first) {
+    const int pairs = order.heads_q * order.batch, section_tiles = order.section_pairs * order.m_blocks;
+    const int section = tile / section_tiles, within = tile % section_tiles;
+    const int first_pair = section * order.section_pairs;
+    const int pairs_here = std::min(order.section_pairs, pairs - first_pair);
+    m_block = order.ascending ? within / pairs_here : order.m_blocks - 1 - within / pairs_here;
+    pair = first_pair + within % pairs_here;
+  } else {
+    m_block = tile % order.m_blocks, pair = tile / order.m_blocks;
+  }
+  return {m_block, pair % order.heads_q, pair / order.heads_q};
+}
+
 }  // namespace
+
+TEST_CASE("fixed divisor: the quotient and remainder of / and %", "[fa3_tile_order]") {
+  const auto check = [](int d, int n) {
+    const FixedDivisor f = FixedDivisor::of(d);
+    const int q = f.quotient(n);
+    INFO("n " << n << " / d " << d);
+    REQUIRE(q == n / d);
+    REQUIRE(f.remainder(n, q) == n % d);
+  };
+  for (int d = 1; d <= 1200; ++d)
+    for (int n = 0; n <= 3 * d + 2000; ++n) check(d, n);
+  // Large n and d, the multiples' neighbours and the ends of the range.
+  constexpr int kMax = 2147483647;
+  std::mt19937 random(20261205);
+  std::uniform_int_distribution<int> any(1, kMax);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int d = trial % 2 ? any(random) : 1 + any(random) % 70000;
+    const int n = any(random), q = n / d;
+    check(d, n);
+    check(d, q * d);
+    if (q * d > 0) check(d, q * d - 1);
+    if (kMax - d >= q * d) check(d, q * d + d - 1);
+  }
+  for (const int d : {1, 2, 3, 7, 1 << 15, (1 << 16) + 1, 1 << 30, (1 << 30) + 1, kMax - 1, kMax})
+    for (const int n : {0, 1, d - 1, d, kMax - 1, kMax}) check(d, n);
+}
 
 TEST_CASE("fa3 tile order: every tile exactly once, in range", "[fa3_tile_order]") {
   for (const auto& [heaviest_first, ascending] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{1, 1}})
@@ -28,10 +77,13 @@ TEST_CASE("fa3 tile order: every tile exactly once, in range", "[fa3_tile_order]
       for (const int heads_q : {1, 5})
         for (const int batch : {1, 3})
           for (const int section_pairs : {1, 2, 4, 7, 1000}) {
-            const TileOrder order{m_blocks, heads_q, batch, heaviest_first, section_pairs, ascending};
+            const TileOrder order = tile_order(m_blocks, heads_q, batch, heaviest_first, section_pairs, ascending);
             std::set<std::tuple<int, int, int>> seen;
             for (int tile = 0; tile < order.tiles(); ++tile) {
-              const auto c = order.coordinates(tile);
+              const auto c = order.coordinates(tile), plain = by_plain_division(order, tile);
+              REQUIRE(c.m_block == plain.m_block);
+              REQUIRE(c.head == plain.head);
+              REQUIRE(c.batch == plain.batch);
               REQUIRE(c.m_block >= 0);
               REQUIRE(c.m_block < m_blocks);
               REQUIRE(c.head >= 0);
@@ -45,7 +97,7 @@ TEST_CASE("fa3 tile order: every tile exactly once, in range", "[fa3_tile_order]
 }
 
 TEST_CASE("fa3 tile order: without a mask, one head's query blocks are neighbours", "[fa3_tile_order]") {
-  const TileOrder order{4, 3, 2, 0, 1};
+  const TileOrder order = tile_order(4, 3, 2, 0, 1);
   for (int tile = 0; tile < order.tiles(); ++tile) {
     const auto c = order.coordinates(tile);
     CHECK(c.m_block == tile % 4);
@@ -56,7 +108,7 @@ TEST_CASE("fa3 tile order: without a mask, one head's query blocks are neighbour
 
 TEST_CASE("fa3 tile order: causal, heaviest first within each section", "[fa3_tile_order]") {
   // 5 heads x 2 sequences = 10 pairs in sections of 4, 4 and 2; 3 query blocks each.
-  const TileOrder order{3, 5, 2, 1, 4};
+  const TileOrder order = tile_order(3, 5, 2, 1, 4);
   int tile = 0;
   for (const auto& [first_pair, pairs_here] : {std::pair{0, 4}, std::pair{4, 4}, std::pair{8, 2}}) {
     for (int m_block = 2; m_block >= 0; --m_block)
@@ -80,7 +132,7 @@ TEST_CASE("fa3 tile order: a section holds the K and V the L2 budget holds", "[f
 TEST_CASE("fa3 tile order: the largest sections of the largest launches stay in range", "[fa3_tile_order]") {
   // 2^31 - 1 tiles at most (the host refuses more): a section of every pair is the whole launch.
   const int pairs = 1 << 14, m_blocks = (1 << 17) - 1;
-  const TileOrder order{m_blocks, 1 << 7, 1 << 7, 1, l2_section_pairs(128, 64, 1, 2, 1ll << 60, pairs)};
+  const TileOrder order = tile_order(m_blocks, 1 << 7, 1 << 7, 1, l2_section_pairs(128, 64, 1, 2, 1ll << 60, pairs));
   REQUIRE(order.section_pairs == pairs);
   const int last = order.tiles() - 1;
   CHECK(order.coordinates(0).m_block == m_blocks - 1);
@@ -92,7 +144,7 @@ TEST_CASE("fa3 tile order: the largest sections of the largest launches stay in 
 TEST_CASE("fa3 backward order: key blocks from the first up within each section", "[fa3_tile_order]") {
   // The same 10 pairs and sections as above, 3 key blocks each; deterministic: from the last down.
   for (const bool deterministic : {false, true}) {
-    TileOrder order{3, 5, 2, 1, 4, deterministic ? 0 : 1};
+    const TileOrder order = tile_order(3, 5, 2, 1, 4, deterministic ? 0 : 1);
     int tile = 0;
     for (const auto& [first_pair, pairs_here] : {std::pair{0, 4}, std::pair{4, 4}, std::pair{8, 2}}) {
       for (int step = 0; step < 3; ++step)
