@@ -288,7 +288,8 @@ step_ncu_bwd() {
   # Our backward's main kernel (NCU_BWD_GENERATION 2: the FA2 rung, 3: the Hopper rung) next to SDPA
   # flash's backward kernel on the same shape (bf16, 16k tokens, 2048 / d heads, seqlen
   # NCU_BWD_SEQLEN or 4096, d = NCU_BWD_HDIM or 128, NCU_BWD_CAUSAL=1 causal, else no mask;
-  # NCU_BWD_ANCHOR=0 leaves SDPA out): Nsight Compute's full set
+  # NCU_BWD_ANCHOR=0 leaves SDPA out; NCU_BWD_DETERMINISTIC=1 profiles our deterministic mode, the
+  # anchors theirs by default): Nsight Compute's full set
   # for each, the details pages as text and the stall reasons per SASS line of ours; NCU_BWD_FA4=1
   # adds FlashAttention-4's backward kernels on the same shape (after the fa4 step). Then every
   # side's raw page and its main kernel's stall reasons side by side (scripts/ncu_stalls.py).
@@ -297,6 +298,12 @@ step_ncu_bwd() {
   [[ $seqlen =~ ^[0-9]+$ && $seqlen -ge 1 && $seqlen -le 16384 ]] \
     || { echo "NCU_BWD_SEQLEN = $seqlen; allowed: 1 to 16384" >&2; status=2; return; }
   [[ $causal = 0 || $causal = 1 ]] || { echo "NCU_BWD_CAUSAL = $causal; allowed: 0 or 1" >&2; status=2; return; }
+  local deterministic=()
+  case ${NCU_BWD_DETERMINISTIC:-0} in
+    0) ;;
+    1) deterministic=(--deterministic) ;;
+    *) echo "NCU_BWD_DETERMINISTIC = $NCU_BWD_DETERMINISTIC; allowed: 0 or 1" >&2; status=2; return ;;
+  esac
   [ "$causal" = 1 ] && causal_py=True
   local batch=$((16384 / seqlen > 0 ? 16384 / seqlen : 1))
   [ "$generation" = 3 ] && kernel=fa3_backward_kernel
@@ -304,7 +311,7 @@ step_ncu_bwd() {
     >>"$OUT/build.log" 2>&1 || { echo "ncu-bwd: test_fa2_backward_bench does not build"; status=1; return; }
   ncu --clock-control none --kernel-name regex:$kernel --launch-skip 2 --launch-count 1 --set full \
     --import-source yes -o "$OUT/ncu_bwd_ours" -f $BUILD/tests/kernels/test_fa2_backward_bench 16384 --hdims $d \
-    --seqlens $seqlen --causal $causal --generation $generation >"$OUT/ncu_bwd_ours.log" 2>&1
+    --seqlens $seqlen --causal $causal --generation $generation "${deterministic[@]}" >"$OUT/ncu_bwd_ours.log" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page details >"$OUT/ncu_bwd_ours.txt" 2>&1
   ncu -i "$OUT/ncu_bwd_ours.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_bwd_ours_sass.csv" 2>&1
   local sides=ours
