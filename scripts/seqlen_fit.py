@@ -22,7 +22,7 @@ fit mix two rates; the residuals show how well one line holds.
 
 Usage:
   python3 scripts/seqlen_fit.py docs/bench/h200_fa3_backward_same_run_7701a58.json \
-      [--pass bwd] [--ours fa3] [--anchor fa4] [--json out.json] [--markdown out.md]
+      [--pass bwd] [--ours fa3] [--anchor fa4] [--min-seqlen 1024] [--json out.json] [--markdown out.md]
 """
 import argparse
 import json
@@ -58,9 +58,9 @@ def least_squares(points):
     return constant, rate, residual
 
 
-def fits(rows, pass_name, implementations):
-    """One fit per (head dim, mask, tokens) and implementation, over the seqlens that have a time for
-    every implementation named; groups with fewer than 3 such seqlens are left out."""
+def fits(rows, pass_name, implementations, min_seqlen=1):
+    """One fit per (head dim, mask, tokens) and implementation, over the seqlens from min_seqlen that
+    have a time for every implementation named; groups with fewer than 3 such seqlens are left out."""
     groups = {}
     for row in rows:
         key = (row["head_dim"], bool(row["causal"]), row["batch"] * row["seqlen"])
@@ -69,6 +69,8 @@ def fits(rows, pass_name, implementations):
     for (head_dim, causal, tokens), members in sorted(groups.items()):
         times = {}
         for row in sorted(members, key=lambda r: r["seqlen"]):
+            if row["seqlen"] < min_seqlen:
+                continue
             rates = row.get(pass_name, {})
             if all(isinstance(rates.get(name), (int, float)) and rates[name] > 0 for name in implementations):
                 times[row["seqlen"]] = {name: call_microseconds(row, pass_name, rates[name]) for name in implementations}
@@ -105,6 +107,9 @@ def main():
     parser.add_argument("--pass", dest="pass_name", default="bwd", help="fwd or bwd (default bwd)")
     parser.add_argument("--ours", default="fa3", help="the implementation to fit (a column of the rows; default fa3)")
     parser.add_argument("--anchor", default="fa4", help="the one beside it (default fa4)")
+    parser.add_argument("--min-seqlen", type=int, default=1,
+                        help="fit the seqlens from this one up (default all): the shortest rows, whose few steps "
+                             "a block's start and the launch outweigh, can bend the line")
     parser.add_argument("--json", help="write the fits here too")
     parser.add_argument("--markdown", help="write the table here too")
     args = parser.parse_args()
@@ -112,6 +117,7 @@ def main():
         refuse(f"--pass {args.pass_name}: give fwd or bwd")
     if args.ours == args.anchor:
         refuse(f"--ours and --anchor are both {args.ours}: give two implementations")
+    argument_checks.check_ranges(SCRIPT, [("--min-seqlen", args.min_seqlen, 1, 1 << 20)])
     argument_checks.check_output_folders(SCRIPT, (("--json", args.json), ("--markdown", args.markdown)))
     try:
         with open(args.bench_json) as f:
@@ -126,9 +132,10 @@ def main():
     for name in (args.ours, args.anchor):
         if not any(isinstance(row.get(args.pass_name), dict) and name in row[args.pass_name] for row in rows):
             refuse(f"--ours/--anchor {name}: no {args.pass_name} time of that name in {args.bench_json}")
-    entries = fits(rows, args.pass_name, [args.ours, args.anchor])
+    entries = fits(rows, args.pass_name, [args.ours, args.anchor], args.min_seqlen)
     if not entries:
-        refuse(f"{args.bench_json}: no head dim and mask with 3 seqlens at equal tokens timed for both {args.ours} and {args.anchor}")
+        refuse(f"{args.bench_json}: no head dim and mask with 3 seqlens from {args.min_seqlen} at equal tokens timed "
+               f"for both {args.ours} and {args.anchor}")
     table = markdown(args.bench_json, args.pass_name, args.ours, args.anchor, entries)
     print(table, end="")
     if args.markdown:
@@ -137,7 +144,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"source": args.bench_json, "pass": args.pass_name, "ours": args.ours, "anchor": args.anchor,
-                       "fits": entries}, f, indent=1)
+                       "min_seqlen": args.min_seqlen, "fits": entries}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/seqlen_fit.py without a GPU: on rows whose times were made from a chosen constant and
 rate (the TFLOP/s worked back by the FLOP convention), it gives back those constants and rates, their
-difference and ratio, and leaves out a group of two seqlens; it refuses bad input with exit 2 and one
+difference and ratio, and leaves out a group of two seqlens; --min-seqlen leaves out the rows
+below it (a short row off the line bends the fit without it, not with it); it refuses bad input with exit 2 and one
 line on stderr, writing nothing."""
 import json
 import pathlib
@@ -70,6 +71,22 @@ def main():
                 if wanted_row not in table or wanted_row not in result.stdout:
                     failures.append(f"table row {wanted_row!r} missing from:\n{table}")
 
+        # A 256-token row 40 us above each line: it bends every fit, unless --min-seqlen leaves it out.
+        bent = rows()
+        for causal, lines in ((False, {"fa3": (100, 50), "fa4": (80, 60)}), (True, {"fa3": (30, 20), "fa4": (40, 25)})):
+            bent.append({"head_dim": 64, "causal": causal, "seqlen": 256, "batch": 16, "heads": 2,
+                         "bwd": {name: tflops(16, 2, 256, 64, causal, c + r * 256 / 1024 + 40) for name, (c, r) in lines.items()}})
+        bent_file = work / "bent.json"
+        bent_file.write_text(json.dumps({"convention": CONVENTION, "rows": bent}))
+        for arguments, exact in (([], False), (["--min-seqlen", "1024"], True)):
+            result = run(str(bent_file), *arguments)
+            made_rows_fit = (row in result.stdout for row in (
+                "| 64 | no | 1k / 2k / 4k | 100 | 80 | +20 | 50.0 | 60.0 | 0.833 | 0.0 %, 0.0 % |",
+                "| 64 | yes | 1k / 2k / 4k | 30 | 40 | -10 | 20.0 | 25.0 | 0.800 | 0.0 %, 0.0 % |"))
+            if result.returncode != 0 or all(made_rows_fit) != exact or ("256 / 1k" in result.stdout) == exact:
+                failures.append(f"the fit with a short row off the line, {arguments or 'every seqlen'}: "
+                                f"exit {result.returncode}, output:\n{result.stdout}{result.stderr}")
+
         bad_convention = work / "other.json"
         bad_convention.write_text(json.dumps({"convention": "fwd 2*b*h*s^2*d", "rows": rows()}))
         not_json = work / "text.json"
@@ -85,6 +102,8 @@ def main():
             ([str(not_json)], "text.json: not a bench_kernels.py JSON"),
             ([str(bad_convention)], "other.json: FLOP convention 'fwd 2*b*h*s^2*d'"),
             ([str(two_seqlens)], "two.json: no head dim and mask with 3 seqlens"),
+            ([str(bench), "--min-seqlen", "0"], "--min-seqlen 0 is outside [1, 1048576]"),
+            ([str(bench), "--min-seqlen", "2048"], "bench.json: no head dim and mask with 3 seqlens from 2048"),
             ([str(bench), "--json", str(work / "no" / "fit.json")], "--json"),
             ([str(bench), "--markdown", str(work / "no" / "fit.md")], "--markdown"),
         ]
@@ -100,7 +119,8 @@ def main():
     if failures:
         print("\n".join(f"FAILED: {f}" for f in failures))
         sys.exit(1)
-    print(f"seqlen_fit.py: two fits as made, a two-seqlen group left out, {len(cases)} refusals")
+    print(f"seqlen_fit.py: two fits as made, a two-seqlen group left out, a short row left out by --min-seqlen, "
+          f"{len(cases)} refusals")
 
 
 if __name__ == "__main__":
