@@ -6,11 +6,11 @@ below it (a short row off the line bends the fit without it, not with it); it re
 line on stderr, writing nothing."""
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "seqlen_fit.py"
+from script_checks import expect_refusals, run_script
+
 CONVENTION = "fwd 4*b*h*s^2*d (halved when causal), bwd 2.5x fwd; median of CUDA-event timings"
 
 
@@ -19,26 +19,30 @@ def tflops(batch, heads, seqlen, head_dim, causal, microseconds):
     return flops / (microseconds * 1e-6) / 1e12
 
 
+# The lines the d 64 rows are made from, (constant us, us per 1024 of seqlen) by mask and
+# implementation, and the table rows that give them back.
+LINES = {False: {"fa3": (100, 50), "fa4": (80, 60)}, True: {"fa3": (30, 20), "fa4": (40, 25)}}
+MADE_ROWS = ("| 64 | no | 1k / 2k / 4k | 100 | 80 | +20 | 50.0 | 60.0 | 0.833 | 0.0 %, 0.0 % |",
+             "| 64 | yes | 1k / 2k / 4k | 30 | 40 | -10 | 20.0 | 25.0 | 0.800 | 0.0 %, 0.0 % |")
+
+
+def line_rows(seqlen, above_us=0.0):
+    """The d 64 rows of one seqlen at 4096 tokens, both masks, each time `above_us` above its line."""
+    batch = 4096 // seqlen
+    return [{"head_dim": 64, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": 2,
+             "bwd": {name: tflops(batch, 2, seqlen, 64, causal, c + r * seqlen / 1024 + above_us)
+                     for name, (c, r) in LINES[causal].items()}}
+            for causal in (False, True)]
+
+
 def rows():
-    """d 64 without a mask, 4096 tokens: ours 100 us + 50 us per 1024 of seqlen, the anchor 80 + 60;
-    causal: ours 30 + 20, the anchor 40 + 25; d 128 at two seqlens only (left out)."""
-    made = []
-    for seqlen in (1024, 2048, 4096):
-        batch = 4096 // seqlen
-        for causal, ours, anchor in ((False, (100, 50), (80, 60)), (True, (30, 20), (40, 25))):
-            t_ours = ours[0] + ours[1] * seqlen / 1024
-            t_anchor = anchor[0] + anchor[1] * seqlen / 1024
-            made.append({"head_dim": 64, "causal": causal, "seqlen": seqlen, "batch": batch, "heads": 2,
-                         "bwd": {"fa3": tflops(batch, 2, seqlen, 64, causal, t_ours),
-                                 "fa4": tflops(batch, 2, seqlen, 64, causal, t_anchor)}})
+    """d 64 at 1k, 2k and 4k on LINES (ours 100 us + 50 us per 1024 of seqlen, the anchor 80 + 60;
+    causal: ours 30 + 20, the anchor 40 + 25); d 128 at two seqlens only (left out)."""
+    made = [row for seqlen in (1024, 2048, 4096) for row in line_rows(seqlen)]
     for seqlen in (1024, 2048):
         made.append({"head_dim": 128, "causal": False, "seqlen": seqlen, "batch": 4096 // seqlen, "heads": 1,
                      "bwd": {"fa3": 100.0, "fa4": 100.0}})
     return made
-
-
-def run(*arguments):
-    return subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True, text=True)
 
 
 def main():
@@ -49,41 +53,33 @@ def main():
         bench.write_text(json.dumps({"convention": CONVENTION, "rows": rows()}))
         out = work / "out"
         out.mkdir()
-        result = run(str(bench), "--json", str(out / "fit.json"), "--markdown", str(out / "fit.md"))
+        result = run_script("seqlen_fit.py", str(bench), "--json", str(out / "fit.json"), "--markdown", str(out / "fit.md"))
         if result.returncode != 0:
             failures.append(f"the fit: exit {result.returncode}, stderr {result.stderr!r}")
         else:
             fits = json.loads((out / "fit.json").read_text())["fits"]
             if [(f["head_dim"], f["causal"]) for f in fits] != [(64, False), (64, True)]:
                 failures.append(f"groups fitted: {[(f['head_dim'], f['causal']) for f in fits]}, wanted d 64 both masks only")
-            wanted = {(False, "fa3"): (100, 50), (False, "fa4"): (80, 60), (True, "fa3"): (30, 20), (True, "fa4"): (40, 25)}
             for f in fits:
                 for name in ("fa3", "fa4"):
-                    constant, rate = wanted[(f["causal"], name)]
+                    constant, rate = LINES[f["causal"]][name]
                     got = f[name]
                     if abs(got["constant_us"] - constant) > 1e-6 or abs(got["us_per_1k_seqlen"] - rate) > 1e-6 \
                             or got["largest_residual"] > 1e-9:
                         failures.append(f"causal {f['causal']} {name}: got {got}, wanted constant {constant}, rate {rate}")
-            row = "| 64 | no | 1k / 2k / 4k | 100 | 80 | +20 | 50.0 | 60.0 | 0.833 | 0.0 %, 0.0 % |"
-            causal_row = "| 64 | yes | 1k / 2k / 4k | 30 | 40 | -10 | 20.0 | 25.0 | 0.800 | 0.0 %, 0.0 % |"
             table = (out / "fit.md").read_text()
-            for wanted_row in (row, causal_row):
+            for wanted_row in MADE_ROWS:
                 if wanted_row not in table or wanted_row not in result.stdout:
                     failures.append(f"table row {wanted_row!r} missing from:\n{table}")
 
         # A 256-token row 40 us above each line: it bends every fit, unless --min-seqlen leaves it out.
-        bent = rows()
-        for causal, lines in ((False, {"fa3": (100, 50), "fa4": (80, 60)}), (True, {"fa3": (30, 20), "fa4": (40, 25)})):
-            bent.append({"head_dim": 64, "causal": causal, "seqlen": 256, "batch": 16, "heads": 2,
-                         "bwd": {name: tflops(16, 2, 256, 64, causal, c + r * 256 / 1024 + 40) for name, (c, r) in lines.items()}})
+        bent = rows() + line_rows(256, above_us=40)
         bent_file = work / "bent.json"
         bent_file.write_text(json.dumps({"convention": CONVENTION, "rows": bent}))
         for arguments, exact in (([], False), (["--min-seqlen", "1024"], True)):
-            result = run(str(bent_file), *arguments)
-            made_rows_fit = (row in result.stdout for row in (
-                "| 64 | no | 1k / 2k / 4k | 100 | 80 | +20 | 50.0 | 60.0 | 0.833 | 0.0 %, 0.0 % |",
-                "| 64 | yes | 1k / 2k / 4k | 30 | 40 | -10 | 20.0 | 25.0 | 0.800 | 0.0 %, 0.0 % |"))
-            if result.returncode != 0 or all(made_rows_fit) != exact or ("256 / 1k" in result.stdout) == exact:
+            result = run_script("seqlen_fit.py", str(bent_file), *arguments)
+            made_rows_fit = all(made_row in result.stdout for made_row in MADE_ROWS)
+            if result.returncode != 0 or made_rows_fit != exact or ("256 / 1k" in result.stdout) == exact:
                 failures.append(f"the fit with a short row off the line, {arguments or 'every seqlen'}: "
                                 f"exit {result.returncode}, output:\n{result.stdout}{result.stderr}")
 
@@ -107,15 +103,9 @@ def main():
             ([str(bench), "--json", str(work / "no" / "fit.json")], "--json"),
             ([str(bench), "--markdown", str(work / "no" / "fit.md")], "--markdown"),
         ]
-        before = sorted(p.name for p in work.iterdir())
-        for arguments, text in cases:
-            result = run(*arguments)
-            lines = result.stderr.strip().splitlines()
-            if result.returncode != 2 or result.stdout or len(lines) != 1 or text not in lines[0]:
-                failures.append(f"{arguments[1:]}: exit {result.returncode}, stdout {result.stdout!r}, "
-                                f"stderr {result.stderr!r} (wanted exit 2 and {text!r})")
-        if sorted(p.name for p in work.iterdir()) != before or len(list(out.iterdir())) != 2:
-            failures.append("a refused call wrote a file")
+        expect_refusals("seqlen_fit.py", [], cases, work, kept=set(work.iterdir()))
+        if len(list(out.iterdir())) != 2:
+            failures.append(f"a refused call wrote a file: {sorted(p.name for p in out.iterdir())}")
     if failures:
         print("\n".join(f"FAILED: {f}" for f in failures))
         sys.exit(1)
