@@ -56,8 +56,7 @@ NaiveOutputs naive_forward_same_precision(const Problem& problem, const Attentio
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int j = 0; j < head.seqlen_k; ++j) {
         const float weight = p[j];
-        const float* v_row = &x.V.values[(static_cast<std::size_t>(row_k + j) * x.V.heads + kv) * x.V.dim];
-        for (int c = 0; c < dv; ++c) acc[c] += weight * v_row[c];
+        for (int c = 0; c < dv; ++c) acc[c] += weight * x.V.at(row_k + j, kv, c);
       }
       for (int c = 0; c < dv; ++c) out.O.at(row_q + i, h, c) = round_to(dtype, acc[c]);
       out.LSE.at(row_q + i, h, 0) = sum > 0 ? row_max + std::log(sum) : -std::numeric_limits<float>::infinity();
