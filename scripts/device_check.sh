@@ -292,7 +292,8 @@ step_ncu_bwd() {
   # anchors theirs by default): Nsight Compute's full set
   # for each, the details pages as text and the stall reasons per SASS line of ours; NCU_BWD_FA4=1
   # adds FlashAttention-4's backward kernels on the same shape (after the fa4 step). Then every
-  # side's raw page and its main kernel's stall reasons side by side (scripts/ncu_stalls.py).
+  # side's raw page and its main kernel's stall reasons side by side (scripts/ncu_stalls.py); the
+  # raw and SASS pages come back in $OUT/ncu_bwd_pages.tar.gz.
   local d=${NCU_BWD_HDIM:-128} generation=${NCU_BWD_GENERATION:-2} kernel=backward_main
   local seqlen=${NCU_BWD_SEQLEN:-4096} causal=${NCU_BWD_CAUSAL:-0} causal_py=False
   [[ $seqlen =~ ^[0-9]+$ && $seqlen -ge 1 && $seqlen -le 16384 ]] \
@@ -360,6 +361,17 @@ torch.cuda.cudart().cudaProfilerStop()" >"$OUT/ncu_bwd_fa4.log" 2>&1
   done
   # Each side's longest kernel: its issued instructions and why its warps wait, reason by reason.
   python3 scripts/ncu_stalls.py "${stall_reports[@]}" | tee "$OUT/ncu_bwd_stalls.md"
+  # A call returns at most 8 files: the raw and SASS pages go back in one archive
+  # (ncu_bwd_pages.tar.gz), beside each side's details page and the stall table. The reports and
+  # ncu's logs stay here (NCU_KEEP_REP=1 keeps the reports), a log's tail printed where ncu failed.
+  local pages=()
+  for side in $sides; do
+    for page in ncu_bwd_${side}_raw.csv ncu_bwd_${side}_sass.csv; do [[ -f $OUT/$page ]] && pages+=("$page"); done
+    grep -q "==ERROR==" "$OUT/ncu_bwd_$side.log" 2>/dev/null && { echo "ncu-bwd: $side:"; tail -5 "$OUT/ncu_bwd_$side.log"; status=1; }
+    rm -f "$OUT/ncu_bwd_$side.log"
+    [ "${NCU_KEEP_REP:-0}" = 1 ] || rm -f "$OUT/ncu_bwd_$side.ncu-rep"
+  done
+  tar -czf "$OUT/ncu_bwd_pages.tar.gz" -C "$OUT" "${pages[@]}" && (cd "$OUT" && rm -f "${pages[@]}")
 }
 step_variants() {
   # Libraries of candidate changes, kept for a later call on the same machine (its benchmark takes
