@@ -10,6 +10,8 @@ gpu__time_duration.sum) and reads its Warp State Statistics: smsp__average_warps
 the warp cycles per issued instruction. Prints a markdown table of the reasons (largest first in
 the first report), with each kernel's issued instructions and duration, so a gap in cycles can be
 split into more instructions and more cycles per instruction, and the latter into its reasons.
+Where the page has them, the kernel's memory traffic comes first: DRAM bytes read and written, and
+the L2's sectors from the SMs (reads, reductions, stores) with the reads' and reductions' misses.
 """
 import argparse
 import csv
@@ -19,6 +21,16 @@ import sys
 # To microseconds; Nsight Compute names them in full or short, by version.
 DURATION_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active(\.ratio)?$")
+# To megabytes, by the unit Nsight Compute gives a byte count.
+BYTE_UNITS = {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3, "Tbyte": 1e6}
+# (row label, metric, unit kind): the traffic rows, in the table's order.
+TRAFFIC = [("DRAM read (MB)", "dram__bytes_read.sum", "bytes"),
+           ("DRAM written (MB)", "dram__bytes_write.sum", "bytes"),
+           ("L2 read sectors (M)", "lts__t_sectors_srcunit_tex_op_read.sum", "sectors"),
+           ("L2 read misses (M sectors)", "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum", "sectors"),
+           ("L2 reduction sectors (M)", "lts__t_sectors_srcunit_tex_op_red.sum", "sectors"),
+           ("L2 reduction misses (M sectors)", "lts__t_sectors_srcunit_tex_op_red_lookup_miss.sum", "sectors"),
+           ("L2 store sectors (M)", "lts__t_sectors_srcunit_tex_op_write.sum", "sectors")]
 
 
 def number(text):
@@ -57,8 +69,17 @@ def read_kernel(path, kernel_pattern):
             stalls[match.group("reason")] = number(value)
     if not stalls:
         raise ValueError(f"{path}: kernel '{chosen['Kernel Name'][:60]}' has no stall metrics (profile with --set full)")
+    traffic = {}
+    for label, metric, kind in TRAFFIC:
+        value = number(chosen.get(metric, ""))
+        if value is None:
+            continue
+        unit = units.get(metric, "")
+        if kind == "bytes" and unit not in BYTE_UNITS:
+            raise ValueError(f"{path}: {metric}'s unit '{unit}' is none of {', '.join(BYTE_UNITS)}")
+        traffic[label] = value * BYTE_UNITS[unit] if kind == "bytes" else value * 1e-6
     return {"name": chosen["Kernel Name"], "duration": duration(chosen),
-            "instructions": number(chosen.get("smsp__inst_issued.sum", "")), "stalls": stalls}
+            "instructions": number(chosen.get("smsp__inst_issued.sum", "")), "stalls": stalls, "traffic": traffic}
 
 
 def table(kernels, top):
@@ -71,6 +92,10 @@ def table(kernels, top):
     lines.append("| duration (µs) | " + " | ".join(f"{kernels[n]['duration']:.1f}" for n in names) + " |")
     lines.append("| issued instructions | " +
                  " | ".join("-" if kernels[n]["instructions"] is None else f"{kernels[n]['instructions']:.4g}" for n in names) + " |")
+    for label, _, _ in TRAFFIC:
+        if any(label in kernels[n]["traffic"] for n in names):
+            lines.append(f"| {label} | " + " | ".join(
+                "-" if label not in kernels[n]["traffic"] else f"{kernels[n]['traffic'][label]:.1f}" for n in names) + " |")
     lines.append("| stalled warps per issue, all reasons | " +
                  " | ".join(fmt(sum(kernels[n]["stalls"].values())) for n in names) + " |")
     for reason in reasons[:top]:
