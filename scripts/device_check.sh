@@ -305,6 +305,8 @@ step_ncu_bwd() {
     1) deterministic=(--deterministic) ;;
     *) echo "NCU_BWD_DETERMINISTIC = $NCU_BWD_DETERMINISTIC; allowed: 0 or 1" >&2; status=2; return ;;
   esac
+  local keep_reports=${NCU_KEEP_REP:-0}
+  [[ $keep_reports = 0 || $keep_reports = 1 ]] || { echo "NCU_KEEP_REP = $keep_reports; allowed: 0 or 1" >&2; status=2; return; }
   [ "$causal" = 1 ] && causal_py=True
   local batch=$((16384 / seqlen > 0 ? 16384 / seqlen : 1))
   [ "$generation" = 3 ] && kernel=fa3_backward_kernel
@@ -362,16 +364,20 @@ torch.cuda.cudart().cudaProfilerStop()" >"$OUT/ncu_bwd_fa4.log" 2>&1
   # Each side's longest kernel: its issued instructions and why its warps wait, reason by reason.
   python3 scripts/ncu_stalls.py "${stall_reports[@]}" | tee "$OUT/ncu_bwd_stalls.md"
   # A call returns at most 8 files: the raw and SASS pages go back in one archive
-  # (ncu_bwd_pages.tar.gz), beside each side's details page and the stall table. The reports and
-  # ncu's logs stay here (NCU_KEEP_REP=1 keeps the reports), a log's tail printed where ncu failed.
+  # (ncu_bwd_pages.tar.gz), beside each side's details page and the stall table. The reports stay
+  # here (NCU_KEEP_REP=1 keeps them); ncu's log of a side goes back only where that side failed (no
+  # report, or an ==ERROR==), its tail printed.
   local pages=()
   for side in $sides; do
     for page in ncu_bwd_${side}_raw.csv ncu_bwd_${side}_sass.csv; do [[ -f $OUT/$page ]] && pages+=("$page"); done
-    grep -q "==ERROR==" "$OUT/ncu_bwd_$side.log" 2>/dev/null && { echo "ncu-bwd: $side:"; tail -5 "$OUT/ncu_bwd_$side.log"; status=1; }
-    rm -f "$OUT/ncu_bwd_$side.log"
-    [ "${NCU_KEEP_REP:-0}" = 1 ] || rm -f "$OUT/ncu_bwd_$side.ncu-rep"
+    if [[ ! -f $OUT/ncu_bwd_$side.ncu-rep ]] || grep -q "==ERROR==" "$OUT/ncu_bwd_$side.log"; then
+      echo "ncu-bwd: $side failed:"; tail -5 "$OUT/ncu_bwd_$side.log"; status=1
+    else
+      rm -f "$OUT/ncu_bwd_$side.log"
+    fi
+    [ "$keep_reports" = 1 ] || rm -f "$OUT/ncu_bwd_$side.ncu-rep"
   done
-  tar -czf "$OUT/ncu_bwd_pages.tar.gz" -C "$OUT" "${pages[@]}" && (cd "$OUT" && rm -f "${pages[@]}")
+  ((${#pages[@]} == 0)) || { tar -czf "$OUT/ncu_bwd_pages.tar.gz" -C "$OUT" "${pages[@]}" && (cd "$OUT" && rm -f "${pages[@]}"); }
 }
 step_variants() {
   # Libraries of candidate changes, kept for a later call on the same machine (its benchmark takes
