@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
     mbarrier_init_fence();
     // Thread 0 is the producer's lane: a block that walks one key block sends K_j, its first
     // step's loads and V_j now, so that the block's set-up runs behind their latency.
-    if constexpr (!Tile::kPersistent) {
+    if constexpr (Tile::kBlockStart) {
       if (!walk[0].past_sequence()) produce_inputs<Tile>(p, walk[0], shared, bars, 0, 1);
     }
   }
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
     if (Tile::kPersistent && warp == 3 && lane == 0) walk_ahead<Tile>(p, walk, bars);  // the walker
     if (warp == 0 && lane == 0) {
       for_each_key_block<Tile>(p, walk, bars, 1u,
-                               [&](const KeyBlockWork& w) { produce_inputs<Tile>(p, w, shared, bars, Tile::kPersistent ? 0 : 1); },
+                               [&](const KeyBlockWork& w) { produce_inputs<Tile>(p, w, shared, bars, Tile::kBlockStart ? 1 : 0); },
                                &bars.walk_draw);
     }
     if constexpr (Tile::kHeadDimSplit) {

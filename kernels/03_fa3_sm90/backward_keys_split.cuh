@@ -131,12 +131,11 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
   const int ds_column = Tile::kDqTransposed ? 64 * group + 16 * warp + 8 * (lane / 8 % 2) : 8 * (lane / 16);
   const std::uint32_t ds_tile0 = base + Tile::kDs;
 
-  // K_j, and V_j too in a walk; a block's one key block waits for V_j after S^T's issue, as the
-  // producer sends it after the first Q_i (produce_inputs).
-  constexpr bool kValuesAfterScores = !Tile::kPersistent;
+  // K_j, and V_j too in a walk; the block start waits for V_j after S^T's issue, as the producer
+  // sends it after the first Q_i (BackwardTiling::kBlockStart).
   if (w.iterations > 0) {
     mbarrier_wait(&bars.k_full, w.kv_loads & 1);
-    if constexpr (!kValuesAfterScores) mbarrier_wait(&bars.v_full, w.kv_loads & 1);
+    if constexpr (!Tile::kBlockStart) mbarrier_wait(&bars.v_full, w.kv_loads & 1);
   }
   RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
@@ -167,7 +166,7 @@ __device__ void consume(const BackwardParams& p, const KeyBlockWork& w, unsigned
     };
     wgmma_fence();
     issue_scores(s, k_rows, q_k_major);
-    if constexpr (kValuesAfterScores) {
+    if constexpr (Tile::kBlockStart) {
       if (it == 0) mbarrier_wait(&bars.v_full, w.kv_loads & 1);
       wgmma_fence();  // unconditional: around a branch ptxas would fence the in-flight S^T itself (C7519)
     }

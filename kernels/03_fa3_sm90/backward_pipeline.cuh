@@ -318,7 +318,7 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
   const int map_batch = static_cast<int>(w.sequence.batch), head_kv = w.head_kv;
   const int key0 = static_cast<int>(w.sequence.position_k) + w.key_begin;
   // K_j, then V_j, each on its own barrier (a key block no query sees loads nothing), once the
-  // consumers are done with the previous key block's. A block that walks one key block sends K_j
+  // consumers are done with the previous key block's. The block start (Tile::kBlockStart) sends K_j
   // before the first Q_i and V_j after it, so that the first scores S^T = K_j Q_i^T wait for those
   // two only (FlashAttention-4's order); the walk sends both after the first Q_i and dO_i, which
   // may load while the previous key block's last step runs.
@@ -331,7 +331,7 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     if (w.kv_loads > 0) mbarrier_wait(&bars.kv_empty, (w.kv_loads - 1) & 1);
     load_panels(Tile::kK, p.k_map, &bars.k_full);
   };
-  if (!Tile::kPersistent && first == 0 && w.iterations > 0) load_keys();
+  if (Tile::kBlockStart && first == 0 && w.iterations > 0) load_keys();
   float* rows = reinterpret_cast<float*>(shared + Tile::kRows);
   RingPosition<Tile::kStages> ring = ring_position<Tile::kStages>(w.first_step);
   QueryStep step = first_query_step(p, w);
@@ -355,7 +355,7 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
     tma_load_rows(stage_rows + Tile::kRowsPitch, p.delta_map, workspace_row, step.head, full);
     if (it == 0) {
-      if constexpr (Tile::kPersistent) load_keys();
+      if constexpr (!Tile::kBlockStart) load_keys();
       load_panels(Tile::kV, p.v_map, &bars.v_full);
     }
   }

@@ -47,6 +47,11 @@ struct BackwardTiling {
   // A block per SM walking key blocks (backward_pipeline.cuh), else one per key block: at d 128
   // and 256 the walk's loop cost more than the start-up it hides (docs/fa3_backward_log.md, "Persistent blocks").
   static constexpr bool kPersistent = kHeadDim == 64;
+  // The block start, where a block takes one key block: thread 0 sends K_j, the first step's loads
+  // and then V_j before the block's first __syncthreads (backward_kernel.cuh, produce_inputs), and
+  // the keys-split consumers wait for V_j between the issues of S^T and dP^T (consume). A walk
+  // sends K_j and V_j after each key block's first Q_i and dO_i; its consumers wait for both first.
+  static constexpr bool kBlockStart = !kPersistent;
   static constexpr int kStages = 2;                     // Q_i, dO_i, LSE_i, D_i of the next block load during this one
   static constexpr int kPanels = kHeadDim / 64;         // 64-column panels of the 128-byte swizzle
   static constexpr bool kDqSplitsColumns = kBlockM != 128;  // else the two slices split the rows
