@@ -140,7 +140,8 @@ std::vector<ThreadBlockWork> launch_order(const KernelTiling& tiling, const Laun
         forward ? fa3::forward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv,
                                           shape.batch, shape.causal, tiling.block_rows, shape.fa3_l2_section_bytes)
                 : fa3::backward_tile_order(shape.seqlen_q, shape.seqlen_k, shape.head_dim, shape.heads_q, shape.heads_kv,
-                                           shape.batch, shape.deterministic, tiling.block_cols, shape.fa3_l2_section_bytes);
+                                           shape.batch, shape.causal, shape.deterministic, tiling.block_cols,
+                                           shape.fa3_l2_section_bytes);
     for (int tile = 0; tile < tiles.tiles(); ++tile) {
       const fa3::TileCoordinates c = tiles.coordinates(tile);
       order.push_back({c.m_block, c.head, c.batch});

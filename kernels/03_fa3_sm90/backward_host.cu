@@ -136,7 +136,7 @@ void fa3_backward(const Problem& problem, const BackwardArgs& args) {
   p.v_map = make_tma_map(attention_tma_tensor(args.v, problem, problem.heads_kv, false), problem.dtype, 64, block.keys,
                          "fa3_backward: v");
   p.order = fa3::backward_tile_order(problem.seqlen_q, problem.seqlen_k, problem.head_dim, problem.heads_q, problem.heads_kv,
-                                     problem.batch, deterministic, block.keys);
+                                     problem.batch, problem.mask.causal, deterministic, block.keys);
   try {
     if (p.total_rows_q > 0) {
       p.lse_map = make_tma_rows_map(p.lse_log2, p.rows_pitch, problem.heads_q, block.rows, "fa3_backward: lse");

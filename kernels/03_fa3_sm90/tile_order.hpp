@@ -93,20 +93,27 @@ inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, in
 }
 
 // The order fa3_backward launches (backward_host.cu): the key blocks of every (KV head, batch)
-// pair, in sections of pairs whose Q, dO (bf16/fp16) and fp32 dQ accumulator, group_size query
-// heads each, fit `l2_budget_bytes`, the key blocks slowest within a section: from the first up
-// (under a causal mask the first key blocks see the most queries: longest first), or in
-// deterministic mode from the last down (its dQ turns go from the last key block down).
+// pair, from the first up, or in deterministic mode from the last down (its dQ turns go from the
+// last key block down).
+// - Under a causal mask the first key blocks see the most queries, so the longest go first: in
+//   sections of pairs whose Q, dO (bf16/fp16) and fp32 dQ accumulator, group_size query heads
+//   each, fit `l2_budget_bytes`, the key blocks slowest within a section.
+// - Without one every key block has the same work: one pair a section, its key blocks one after
+//   another (the plain grid order). The blocks resident together then share the fewest pairs' Q,
+//   dO and accumulator; sections of several pairs, the pairs fastest, spread each wave's last
+//   blocks over a section's every pair, and at 2k and d 128 read a third more from DRAM
+//   (docs/fa3_backward_log.md, "The block order's DRAM bytes").
 inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
-                                     bool deterministic, int block_n, long long l2_budget_bytes = kL2SectionBytes) {
+                                     bool causal, bool deterministic, int block_n,
+                                     long long l2_budget_bytes = kL2SectionBytes) {
   const long long group_rows = static_cast<long long>(seqlen_q) * (heads_q / heads_kv);
   // l2_section_pairs counts 2 x element_bytes per row and column (K and V); Q, dO and the fp32
   // accumulator are 2 x element_bytes + 4.
   const long long pair_bytes_per_element = kElementBytes + 2;
   // The pairs are (KV head, batch).
-  return tile_order((seqlen_k + block_n - 1) / block_n, heads_kv, batch, 1,
-                    l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch),
-                    deterministic ? 0 : 1);
+  const int section_pairs =
+      causal ? l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch) : 1;
+  return tile_order((seqlen_k + block_n - 1) / block_n, heads_kv, batch, 1, section_pairs, deterministic ? 0 : 1);
 }
 
 }  // namespace flashlab::kernels::fa3

@@ -157,11 +157,11 @@ TEST_CASE("fa3 backward order: key blocks from the first up within each section"
   }
 }
 
-TEST_CASE("fa3 backward order: a section holds the Q, dO and dQ accumulator the L2 budget holds",
+TEST_CASE("fa3 backward order: under a causal mask a section holds the Q, dO and dQ accumulator the L2 budget holds",
           "[fa3_tile_order]") {
   // d 128, 2-byte Q and dO, fp32 accumulator: 8 bytes per element; 16 MiB budget, 16 KV heads.
   const auto order = [](int seqlen, int heads_q, int heads_kv, bool deterministic) {
-    return backward_tile_order(seqlen, seqlen, 128, heads_q, heads_kv, 8, deterministic, 128, 16ll << 20);
+    return backward_tile_order(seqlen, seqlen, 128, heads_q, heads_kv, 8, true, deterministic, 128, 16ll << 20);
   };
   CHECK(order(2048, 16, 16, false).section_pairs == 8);   // 2 MiB a pair
   CHECK(order(16384, 16, 16, false).section_pairs == 1);  // 16 MiB a pair: the plain (key blocks fastest) order
@@ -177,5 +177,20 @@ TEST_CASE("fa3 backward order: a section holds the Q, dO and dQ accumulator the 
     CHECK(c.m_block == tile % 128);
     CHECK(c.head == tile / 128 % 16);
     CHECK(c.batch == tile / (128 * 16));
+  }
+}
+
+TEST_CASE("fa3 backward order: without a causal mask, a pair's key blocks one after another at any size",
+          "[fa3_tile_order]") {
+  // The budget that gives 8 pairs a section under a causal mask (above) gives one without it.
+  for (const bool deterministic : {false, true}) {
+    const TileOrder order = backward_tile_order(2048, 2048, 128, 16, 16, 8, false, deterministic, 128, 16ll << 20);
+    CHECK(order.section_pairs == 1);
+    for (const int tile : {0, 1, 15, 16, 17, 255, 256, order.tiles() - 1}) {
+      const auto c = order.coordinates(tile);
+      CHECK(c.m_block == (deterministic ? 15 - tile % 16 : tile % 16));  // deterministic: from the last down
+      CHECK(c.head == tile / 16 % 16);
+      CHECK(c.batch == tile / (16 * 16));
+    }
   }
 }
