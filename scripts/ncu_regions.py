@@ -12,6 +12,8 @@ pass and its stall reasons. Samples not given a reason in the page's columns are
         [--passes 1048576]
 
 --passes divides each range's executed warp instructions (e.g. the consumer warps' query blocks).
+--opcodes N then lists the N opcodes (the mnemonic without its predicate and suffixes) with the
+most executed warp instructions over the ranges, in millions.
 --max-executions N counts only the instructions executed at most N times (e.g. 12 warps x 2048
 blocks: what runs once per warp and block, a block's start and end). The page may be gzipped
 (a name ending in .gz).
@@ -47,6 +49,14 @@ def number(text):
         return 0.0
 
 
+def opcode(source):
+    """`@!P0 SYNCS.ARRIVE.TRANS64 RZ, ...` -> `SYNCS`: the mnemonic without predicate and suffixes."""
+    words = source.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("csv")
@@ -57,6 +67,7 @@ def main():
     parser.add_argument("--reasons", type=int, default=6, help="stall reasons listed per range")
     parser.add_argument("--max-executions", type=float, default=None,
                         help="count only instructions executed at most this many times")
+    parser.add_argument("--opcodes", type=int, default=0, help="list the N opcodes executed most over the ranges")
     args = parser.parse_args()
     try:
         bounds = [int(b, 16) for b in args.bounds]
@@ -72,6 +83,9 @@ def main():
         sys.exit(2)
     if args.passes <= 0:
         print(f"ncu_regions: --passes = {args.passes:g}; allowed: more than 0", file=sys.stderr)
+        sys.exit(2)
+    if args.opcodes < 0:
+        print(f"ncu_regions: --opcodes = {args.opcodes}; allowed: 0 or more", file=sys.stderr)
         sys.exit(2)
     if args.max_executions is not None and args.max_executions < 0:
         print(f"ncu_regions: --max-executions = {args.max_executions:g}; allowed: 0 or more", file=sys.stderr)
@@ -90,6 +104,7 @@ def main():
     names = args.names + [f"{bounds[i]:05x}-{bounds[i + 1]:05x}" for i in range(len(args.names), ranges)]
     samples, executed = [0.0] * ranges, [0.0] * ranges
     why = [collections.Counter() for _ in range(ranges)]
+    by_opcode = collections.Counter()
     total = 0.0
     for row in rows:
         offset, count = int(row["Address"], 16) - base, number(row["Warp Stall Sampling (All Samples)"])
@@ -100,6 +115,7 @@ def main():
             if bounds[i] <= offset < bounds[i + 1]:
                 samples[i] += count
                 executed[i] += number(row["Instructions Executed"])
+                by_opcode[opcode(row["Source"])] += number(row["Instructions Executed"])
                 named = 0.0
                 for k in reasons:
                     why[i][k[len("stall_"):]] += number(row[k])
@@ -112,6 +128,12 @@ def main():
         top = ", ".join(f"{k} {v:.0f}" for k, v in why[i].most_common(args.reasons) if v > 0)
         print(f"| {names[i]} | {bounds[i]:05x}-{bounds[i + 1]:05x} | {samples[i]:.0f} | {100 * samples[i] / total:.1f} % "
               f"| {executed[i] / args.passes:.0f} | {top} |")
+    if args.opcodes:
+        print()
+        print("| opcode | executed warp instructions (millions) |")
+        print("| --- | --- |")
+        for name, count in by_opcode.most_common(args.opcodes):
+            print(f"| {name} | {count / 1e6:.2f} |")
 
 
 if __name__ == "__main__":

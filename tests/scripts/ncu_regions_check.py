@@ -2,7 +2,7 @@
 """scripts/ncu_regions.py on a hand-written per-instruction page in Nsight Compute's CSV shape:
 the samples of one kernel summed over address ranges (offsets from its first instruction), the
 instructions per pass, the reasons with the unnamed rest as "other", only the rarely executed
-instructions from a gzipped page, and every refusal (exit 2,
+instructions from a gzipped page, the opcodes executed most, and every refusal (exit 2,
 one line on stderr, no table)."""
 import gzip
 import pathlib
@@ -44,7 +44,24 @@ def main():
         assert "100 stall samples in all" in result.stdout, result.stdout
         assert rows[2] == "| 00000-00040 | 00000-00040 | 60 | 60.0 % | 8 | other 40, wait 20 |", rows
 
+        # The opcodes executed most over the ranges, the predicate and suffixes dropped (two SHFL
+        # rows, one predicated, add up); the BRA lies past the ranges; at most --opcodes rows.
+        counted = pathlib.Path(folder) / "counted.csv"
+        counted.write_text('"Kernel Name","main_kernel"\n' + HEADER +
+                           '"0x7f0000000100","SHFL.IDX PT, R7, R5, R8, 0x1f","1","1500000","0","0","0"\n'
+                           '"0x7f0000000110","@!P0 SHFL.IDX PT, R6, R5, R2, 0x1f","1","1000000","0","0","0"\n'
+                           '"0x7f0000000120","HGMMA.64x80x16.F32.BF16 R152, gdesc[UR20], RZ","1","3000000","0","0","0"\n'
+                           '"0x7f0000000130","LDS.64 R4, [R0+0x20]","1","250000","0","0","0"\n'
+                           '"0x7f0000000140","BRA 0x7f0000000100","1","9000000","0","0","0"\n')
+        result = run(str(counted), "--kernel", "main", "--bounds", "0", "40", "--opcodes", "2")
+        assert result.returncode == 0, result.stderr
+        rows = [line for line in result.stdout.splitlines() if line.startswith("| ")]
+        assert rows[-4:] == ["| opcode | executed warp instructions (millions) |", "| --- | --- |",
+                             "| HGMMA | 3.00 |", "| SHFL | 2.50 |"], rows
+
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "zz", "30"), "--bounds must be hex offsets")
+        expect_refusal(run(str(page), "--kernel", "main", "--bounds", "0", "20", "--opcodes", "-1"),
+                       "--opcodes = -1; allowed: 0 or more")
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "30", "20"), "at least two increasing offsets")
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "20"), "at least two increasing offsets")
         expect_refusal(run(str(page), "--kernel", "main", "--bounds", "0", "20", "--names", "a", "b"),
