@@ -100,9 +100,9 @@ inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, in
 //   each, fit `l2_budget_bytes`, the key blocks slowest within a section.
 // - Without one every key block has the same work: one pair a section, its key blocks one after
 //   another (the plain grid order). The blocks resident together then share the fewest pairs' Q,
-//   dO and accumulator; sections of several pairs, the pairs fastest, spread each wave's last
-//   blocks over a section's every pair, and at 2k and d 128 read a third more from DRAM
-//   (docs/fa3_backward_log.md, "The block order's DRAM bytes").
+//   dO and accumulator, where sections of several pairs, the pairs fastest, spread each wave's
+//   last blocks over a section's every pair (docs/fa3_backward_log.md, "The block order's DRAM
+//   bytes").
 inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
                                      bool causal, bool deterministic, int block_n,
                                      long long l2_budget_bytes = kL2SectionBytes) {
