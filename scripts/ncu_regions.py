@@ -25,6 +25,8 @@ import gzip
 import re
 import sys
 
+from sass_loop_mix import opcode
+
 
 def kernel_rows(path, pattern):
     """The per-instruction rows of the first kernel whose name matches `pattern`."""
@@ -47,14 +49,6 @@ def number(text):
         return float(text)
     except ValueError:
         return 0.0
-
-
-def opcode(source):
-    """`@!P0 SYNCS.ARRIVE.TRANS64 RZ, ...` -> `SYNCS`: the mnemonic without predicate and suffixes."""
-    words = source.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0].split(".")[0] if words else ""
 
 
 def main():

@@ -43,7 +43,10 @@ def main_loop(body):
 
 
 def opcode(instruction):
+    """`@!P0 SYNCS.ARRIVE.TRANS64 RZ, ...` -> `SYNCS`: the mnemonic without predicate and suffixes."""
     words = instruction.split()
+    if not words:
+        return ""
     op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
     return op.split(".")[0]
 
