@@ -103,6 +103,10 @@ inline TileOrder forward_tile_order(int seqlen_q, int seqlen_k, int head_dim, in
 //   dO and accumulator, where sections of several pairs, the pairs fastest, spread each wave's
 //   last blocks over a section's every pair (docs/fa3_backward_log.md, "The block order's DRAM
 //   bytes").
+// - In deterministic mode the sections stay at every mask: a pair's dQ turns pass from key block
+//   to key block, and with the pairs fastest the blocks that start together hold the same turn of
+//   different pairs, where one pair's key blocks started together wait for each other in turn
+//   (the log's "The deterministic mode and the block order").
 inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, int heads_q, int heads_kv, int batch,
                                      bool causal, bool deterministic, int block_n,
                                      long long l2_budget_bytes = kL2SectionBytes) {
@@ -112,7 +116,7 @@ inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, i
   const long long pair_bytes_per_element = kElementBytes + 2;
   // The pairs are (KV head, batch).
   const int section_pairs =
-      causal ? l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch) : 1;
+      causal || deterministic ? l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch) : 1;
   return tile_order((seqlen_k + block_n - 1) / block_n, heads_kv, batch, 1, section_pairs, deterministic ? 0 : 1);
 }
 

@@ -183,14 +183,27 @@ TEST_CASE("fa3 backward order: under a causal mask a section holds the Q, dO and
 TEST_CASE("fa3 backward order: without a causal mask, a pair's key blocks one after another at any size",
           "[fa3_tile_order]") {
   // The budget that gives 8 pairs a section under a causal mask (above) gives one without it.
-  for (const bool deterministic : {false, true}) {
-    const TileOrder order = backward_tile_order(2048, 2048, 128, 16, 16, 8, false, deterministic, 128, 16ll << 20);
-    CHECK(order.section_pairs == 1);
-    for (const int tile : {0, 1, 15, 16, 17, 255, 256, order.tiles() - 1}) {
-      const auto c = order.coordinates(tile);
-      CHECK(c.m_block == (deterministic ? 15 - tile % 16 : tile % 16));  // deterministic: from the last down
-      CHECK(c.head == tile / 16 % 16);
-      CHECK(c.batch == tile / (16 * 16));
-    }
+  const TileOrder order = backward_tile_order(2048, 2048, 128, 16, 16, 8, false, false, 128, 16ll << 20);
+  CHECK(order.section_pairs == 1);
+  for (const int tile : {0, 1, 15, 16, 17, 255, 256, order.tiles() - 1}) {
+    const auto c = order.coordinates(tile);
+    CHECK(c.m_block == tile % 16);
+    CHECK(c.head == tile / 16 % 16);
+    CHECK(c.batch == tile / (16 * 16));
+  }
+}
+
+TEST_CASE("fa3 backward order: the deterministic mode keeps the sections without a mask, the pairs fastest",
+          "[fa3_tile_order]") {
+  // Its dQ turns pass from key block to key block: the blocks that start together hold the same
+  // turn of different pairs. 8 pairs a section at this budget, key blocks from the last down.
+  const TileOrder order = backward_tile_order(2048, 2048, 128, 16, 16, 8, false, true, 128, 16ll << 20);
+  CHECK(order.section_pairs == 8);
+  for (const int tile : {0, 1, 7, 8, 9, 127, 128, 129, order.tiles() - 1}) {
+    const auto c = order.coordinates(tile);
+    const int section = tile / 128, pair = 8 * section + tile % 8;
+    CHECK(c.m_block == 15 - tile % 128 / 8);
+    CHECK(c.head == pair % 16);
+    CHECK(c.batch == pair / 16);
   }
 }
