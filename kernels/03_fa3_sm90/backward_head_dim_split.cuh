@@ -24,8 +24,7 @@ __device__ void order_dq_additions(const BackwardParams& p, const KeyBlockWork& 
     wait_for_turn(turn.counter, turn.turn);
     mbarrier_arrive(&bars.dq_turn);
     mbarrier_wait(&bars.dq_added, (w.first_step + it) & 1);
-    __threadfence();
-    pass_turn(turn.counter, turn.turn + 1);
+    pass_turn(turn.counter, turn.turn + 1);  // a release: the sums the consumers fenced go before it
   }
 }
 
@@ -73,10 +72,10 @@ __device__ void consume_head_dim_split(const BackwardParams& p, const KeyBlockWo
   const int st_row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2), st_column = kKeys * group + 8 * (lane / 16);
   const std::int64_t dq_row0 = dq_first_row(w);
 
-  // This thread's dQ sums visible (the fence waits for its reductions), then its warp's arrival:
-  // order_dq_additions passes the turn once all eight warps have arrived.
+  // This thread's dQ sums visible (a release fence at GPU scope waits for its reductions), then
+  // its warp's arrival: order_dq_additions passes the turn once all eight warps have arrived.
   auto publish_sums = [&] {
-    __threadfence();
+    cuda::ptx::fence(cuda::ptx::sem_release, cuda::ptx::scope_gpu);
     __syncwarp();
     if (lane == 0) mbarrier_arrive(&bars.dq_added);
   };
