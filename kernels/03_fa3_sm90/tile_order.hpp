@@ -115,8 +115,9 @@ inline TileOrder backward_tile_order(int seqlen_q, int seqlen_k, int head_dim, i
   // accumulator are 2 x element_bytes + 4.
   const long long pair_bytes_per_element = kElementBytes + 2;
   // The pairs are (KV head, batch).
+  const bool sections = causal || deterministic;
   const int section_pairs =
-      causal || deterministic ? l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch) : 1;
+      sections ? l2_section_pairs(group_rows, head_dim, 1, pair_bytes_per_element, l2_budget_bytes, heads_kv * batch) : 1;
   return tile_order((seqlen_k + block_n - 1) / block_n, heads_kv, batch, 1, section_pairs, deterministic ? 0 : 1);
 }
 
