@@ -1,7 +1,8 @@
 // The FA3 rung's tile orders (kernels/03_fa3_sm90/tile_order.hpp) on the CPU: every order is a
 // permutation of the (m_block, head, batch) tiles; the forward's causal order is heaviest first
 // inside each section of (head, batch) pairs, the backward's takes the key blocks from the first up
-// (from the last down when deterministic); a section holds what the L2 budget holds. The divisions
+// (from the last down when deterministic), in sections under a causal mask or in deterministic mode
+// and one pair a section otherwise; a section holds what the L2 budget holds. The divisions
 // by multiply-high (kernels/common/fixed_divisor.hpp) against `/` and `%`.
 #include <algorithm>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <set>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "catch.hpp"
 #include "kernels/03_fa3_sm90/tile_order.hpp"
@@ -25,6 +27,18 @@ namespace {
 int pair_of(const TileOrder& order, int tile) {
   const auto c = order.coordinates(tile);
   return c.batch * order.heads_q + c.head;
+}
+
+// The plain order at the given tiles: a pair's `m_blocks` blocks one after another, its `heads`
+// heads next, then the sequences.
+void check_plain_order(const TileOrder& order, int m_blocks, int heads, const std::vector<int>& tiles) {
+  for (const int tile : tiles) {
+    INFO("tile " << tile);
+    const auto c = order.coordinates(tile);
+    CHECK(c.m_block == tile % m_blocks);
+    CHECK(c.head == tile / m_blocks % heads);
+    CHECK(c.batch == tile / (m_blocks * heads));
+  }
 }
 
 // The order's rule by `/` and `%` (the tile_order.hpp comment's words, written out).
@@ -98,12 +112,9 @@ TEST_CASE("fa3 tile order: every tile exactly once, in range", "[fa3_tile_order]
 
 TEST_CASE("fa3 tile order: without a mask, one head's query blocks are neighbours", "[fa3_tile_order]") {
   const TileOrder order = tile_order(4, 3, 2, 0, 1);
-  for (int tile = 0; tile < order.tiles(); ++tile) {
-    const auto c = order.coordinates(tile);
-    CHECK(c.m_block == tile % 4);
-    CHECK(c.head == tile / 4 % 3);
-    CHECK(c.batch == tile / 12);
-  }
+  std::vector<int> every(order.tiles());
+  for (int tile = 0; tile < order.tiles(); ++tile) every[tile] = tile;
+  check_plain_order(order, 4, 3, every);
 }
 
 TEST_CASE("fa3 tile order: causal, heaviest first within each section", "[fa3_tile_order]") {
@@ -172,12 +183,7 @@ TEST_CASE("fa3 backward order: under a causal mask a section holds the Q, dO and
   CHECK(order(2048, 16, 16, true).ascending == 0);
   // One pair a section is the plain order: key blocks fastest, then KV heads, then sequences.
   const TileOrder plain = order(16384, 16, 16, false);
-  for (const int tile : {0, 1, 127, 128, 129, 2047, 2048, plain.tiles() - 1}) {
-    const auto c = plain.coordinates(tile);
-    CHECK(c.m_block == tile % 128);
-    CHECK(c.head == tile / 128 % 16);
-    CHECK(c.batch == tile / (128 * 16));
-  }
+  check_plain_order(plain, 128, 16, {0, 1, 127, 128, 129, 2047, 2048, plain.tiles() - 1});
 }
 
 TEST_CASE("fa3 backward order: without a causal mask, a pair's key blocks one after another at any size",
@@ -185,12 +191,7 @@ TEST_CASE("fa3 backward order: without a causal mask, a pair's key blocks one af
   // The budget that gives 8 pairs a section under a causal mask (above) gives one without it.
   const TileOrder order = backward_tile_order(2048, 2048, 128, 16, 16, 8, false, false, 128, 16ll << 20);
   CHECK(order.section_pairs == 1);
-  for (const int tile : {0, 1, 15, 16, 17, 255, 256, order.tiles() - 1}) {
-    const auto c = order.coordinates(tile);
-    CHECK(c.m_block == tile % 16);
-    CHECK(c.head == tile / 16 % 16);
-    CHECK(c.batch == tile / (16 * 16));
-  }
+  check_plain_order(order, 16, 16, {0, 1, 15, 16, 17, 255, 256, order.tiles() - 1});
 }
 
 TEST_CASE("fa3 backward order: the deterministic mode keeps the sections without a mask, the pairs fastest",
