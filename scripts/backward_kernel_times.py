@@ -10,7 +10,9 @@ do_bench), and --calls calls run under torch.profiler (CUPTI's kernel and memset
 kernel's time being its summed duration over the calls divided by --calls. A row gives the median
 over the rounds of each, so wall minus the kernels' sum is what the calls spend between kernels
 (launch gaps, host work of autograd), up to the rounds' spread (the row's wall of every round is
-kept in the JSON).
+kept in the JSON). Each round also profiles --calls calls each after an L2 flush, as do_bench times
+them, and keeps the ops' places: when each starts after the flush, the gap before it, its
+duration, and the span from the flush's end to the last op's end (the row's "timeline").
 
 Usage (on the GPU machine, after building the kernels):
   python3 scripts/backward_kernel_times.py --lib build/device/kernels/libflashlab_kernels_c.so \
@@ -69,6 +71,61 @@ def kernel_times(call, calls):
         if event.device_type == torch.autograd.DeviceType.CUDA:
             totals[short_name(event.name)] += event.device_time / calls  # microseconds
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+# The flush before each call of a timeline: a pass over 256 MB that evicts the L2, as triton's
+# do_bench does before each timed call, by a kernel no backward launches (so its records mark where
+# each call starts).
+FLUSH_KERNEL = "bitwise_not"
+
+
+def flushed_events(call, calls):
+    """The device records (name, start us, end us) of `calls` calls of `call`, each after the flush."""
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            cache.bitwise_not_()
+            call()
+        torch.cuda.synchronize()
+    return [(short_name(event.name), event.time_range.start, event.time_range.end) for event in prof.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def call_timelines(events):
+    """Per call, the ops after its flush, each (name, start, duration) in us from the flush's end.
+    `events`: device records (name, start, end), in any order; records before the first flush are
+    left out."""
+    calls, current, flush_end = [], None, 0.0
+    for name, start, end in sorted(events, key=lambda event: event[1]):
+        if FLUSH_KERNEL in name:
+            if current is not None:
+                calls.append(current)
+            current, flush_end = [], end
+        elif current is not None:
+            current.append((name, start - flush_end, end - start))
+    if current is not None:
+        calls.append(current)
+    return calls
+
+
+def median_timeline(calls):
+    """The calls that launch the most common sequence of ops, position by position: each op's name,
+    median start, duration and gap after the op before it (the flush for the first; negative where
+    it starts before the op before it ends), and the median span, from the flush's end to the last
+    op's end. None if no call launched anything."""
+    sequences = collections.Counter(tuple(name for name, _, _ in ops) for ops in calls if ops)
+    if not sequences:
+        return None
+    names = sequences.most_common(1)[0][0]
+    chosen = [ops for ops in calls if tuple(name for name, _, _ in ops) == names]
+    timeline = []
+    for i, name in enumerate(names):
+        gaps = [ops[i][1] - (ops[i - 1][1] + ops[i - 1][2] if i else 0.0) for ops in chosen]
+        timeline.append({"name": name, "start_us": median([ops[i][1] for ops in chosen]),
+                         "duration_us": median([ops[i][2] for ops in chosen]), "gap_us": median(gaps)})
+    span = median([max(start + duration for _, start, duration in ops) for ops in chosen])
+    return {"span_us": span, "calls": len(chosen), "ops": timeline}
 
 
 def backward_calls(lib, q, k, v, do, causal):
@@ -140,15 +197,19 @@ def run(args):
                     del calls["sdpa_flash"]
                 flops = flop_convention.flops(b, h, s, d, causal, backward=True)
                 differences = {name: bench_kernels.gradient_difference(call(), reference) for name, call in calls.items()}
-                measured = interleaved_medians(
-                    list(calls), args.rounds,
-                    lambda name: (bench_kernels.median_ms(calls[name]) * 1e3, kernel_times(calls[name], args.calls)))
+                timelines = {name: [] for name in calls}
+
+                def measure(name):
+                    wall = bench_kernels.median_ms(calls[name]) * 1e3
+                    timelines[name].append(median_timeline(call_timelines(flushed_events(calls[name], args.calls))))
+                    return wall, kernel_times(calls[name], args.calls)
+                measured = interleaved_medians(list(calls), args.rounds, measure)
                 for name, (wall_us, walls, kernels) in measured.items():
                     difference = differences[name]
                     row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "impl": name,
                            "wall_us": wall_us, "wall_us_rounds": walls, "tflops": flops / wall_us / 1e6,
                            "kernels_us": kernels, "kernels_sum_us": sum(kernels.values()),
-                           "max_abs_diff_vs_sdpa_flash": difference}
+                           "max_abs_diff_vs_sdpa_flash": difference, "timeline": median_round(timelines[name])}
                     rows.append(row)
                     print(f"d={d} causal={int(causal)} s={s} {name}: wall {row['wall_us']:.0f} us "
                           f"({row['tflops']:.0f} TFLOP/s), kernels {row['kernels_sum_us']:.0f} us, "
@@ -156,6 +217,12 @@ def run(args):
                 del q, k, v, do, calls, reference
     return {"environment": bench_kernels.environment(" ".join(sys.argv)), "calls_profiled": args.calls,
             "rounds": args.rounds, "rows": rows}
+
+
+def median_round(timelines):
+    """Of the rounds' timelines, the one with the median span (None if no round launched anything)."""
+    kept = sorted((t for t in timelines if t is not None), key=lambda t: t["span_us"])
+    return kept[len(kept) // 2] if kept else None
 
 
 def summary(rows):
@@ -175,6 +242,22 @@ def summary(rows):
     return lines
 
 
+def span_summary(rows):
+    """One line per implementation and shape with a timeline: the span after the flush, its ops' time,
+    the time before and between them, and the span as a multiple of ours (fa3) on the same shape."""
+    rows = [row for row in rows if row.get("timeline")]
+    ours = {(r["head_dim"], r["causal"], r["seqlen"]): r["timeline"]["span_us"] for r in rows if r["impl"] == "fa3"}
+    lines = ["| d | mask | seqlen | implementation | span | in the ops | before and between them | span / ours |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in rows:
+        timeline, base = row["timeline"], ours.get((row["head_dim"], row["causal"], row["seqlen"]))
+        in_ops = sum(op["duration_us"] for op in timeline["ops"])
+        ratio = f"{timeline['span_us'] / base:.3f}" if base else "-"
+        lines.append(f"| {row['head_dim']} | {'causal' if row['causal'] else 'none'} | {row['seqlen']} | {row['impl']} | "
+                     f"{timeline['span_us']:.1f} | {in_ops:.1f} | {timeline['span_us'] - in_ops:.1f} | {ratio} |")
+    return lines
+
+
 def rounds_text(rounds):
     return f"medians of {rounds} interleaved rounds" if rounds > 1 else "one round"
 
@@ -185,6 +268,10 @@ def markdown(result):
              "per implementation; wall = median CUDA-event time of one call; GPU "
              + result["environment"]["gpu"], ""]
     lines += summary(result["rows"]) + [""]
+    spans = span_summary(result["rows"])
+    if len(spans) > 2:
+        lines += ["Each call after an L2 flush under the profiler (`call_timelines`): span = from the flush's end to "
+                  "the call's last op's end", ""] + spans + [""]
     for row in result["rows"]:
         lines.append(f"## d {row['head_dim']}, {'causal' if row['causal'] else 'no mask'}, seqlen {row['seqlen']}, "
                      f"batch {row['batch']} x {row['heads']} heads: {row['impl']}")
@@ -193,7 +280,22 @@ def markdown(result):
                   "| kernel | us per call | share of wall |", "| --- | --- | --- |"]
         lines += [f"| `{name}` | {us:.1f} | {us / row['wall_us']:.1%} |" for name, us in row["kernels_us"].items()]
         lines.append("")
+        lines += timeline_lines(row.get("timeline"))
     return "\n".join(lines)
+
+
+def timeline_lines(timeline):
+    """A call after the flush, op by op (median_timeline), as markdown lines."""
+    if timeline is None:
+        return []
+    lines = [f"After the L2 flush (median of {timeline['calls']} calls, the round of median span): span "
+             f"{timeline['span_us']:.1f} us, of it {sum(op['duration_us'] for op in timeline['ops']):.1f} in the ops "
+             f"and {sum(op['gap_us'] for op in timeline['ops']):.1f} before and between them", "",
+             "| op | gap before | starts at | duration |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{op['name']}` | {op['gap_us']:.1f} | {op['start_us']:.1f} | {op['duration_us']:.1f} |"
+              for op in timeline["ops"]]
+    lines.append("")
+    return lines
 
 
 def main():

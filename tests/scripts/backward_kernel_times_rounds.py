@@ -2,8 +2,8 @@
 """The benchmarks' interleaved rounds (scripts/interleaved_rounds.py) and
 scripts/backward_kernel_times.py's use of them, without a GPU: the order of each round (rotated by
 one a round), the medians over the rounds (of an even count the upper middle value; a kernel
-missing from a round counted 0), and the summary's ratios to ours, against values worked out by
-hand."""
+missing from a round counted 0), the summary's ratios to ours, and the calls' timelines after the
+L2 flush (grouped by flush, medians op by op), against values worked out by hand."""
 import pathlib
 import sys
 
@@ -52,11 +52,38 @@ def main():
     expect("summary, ours", lines[2], "| 128 | none | 2048 | fa3 | 200.0 | 160.0 | 20.0 | 1.000 | 1.000 |")
     expect("summary, fa4", lines[3], "| 128 | none | 2048 | fa4 | 190.0 | 150.0 | 20.0 | 0.950 | 0.938 |")
 
+    # Two calls after flushes, records out of order, one record before the first flush (left out).
+    flush = "at::vectorized_elementwise_kernel bitwise_not"
+    events = [("main", 110.0, 150.0), ("early", 0.0, 5.0), (flush, 10.0, 100.0), ("pre", 103.0, 108.0),
+              (flush, 200.0, 300.0), ("pre", 301.0, 306.0), ("main", 305.0, 346.0), ("post", 350.0, 352.0)]
+    got = times.call_timelines(events)
+    expect("two calls", got, [[("pre", 3.0, 5.0), ("main", 10.0, 40.0)],
+                              [("pre", 1.0, 5.0), ("main", 5.0, 41.0), ("post", 50.0, 2.0)]])
+    expect("no flush", times.call_timelines([("main", 1.0, 2.0)]), [])
+    calls_ops = [[("pre", 3.0, 5.0), ("main", 10.0, 40.0)], [("pre", 1.0, 5.0), ("main", 5.0, 41.0)],
+                 [("pre", 2.0, 4.0), ("main", 9.0, 42.0)], [("pre", 1.0, 1.0), ("other", 2.0, 1.0)], []]
+    timeline = times.median_timeline(calls_ops)
+    # The three calls of pre, main: pre starts 3 1 2 (median 2), lasts 5 5 4 (5), gap 3 1 2 (2);
+    # main starts 10 5 9 (9), lasts 40 41 42 (41), gap 10-8=2, 5-6=-1, 9-6=3 (2); spans 50 46 51 (50).
+    expect("median timeline", timeline, {"span_us": 50.0, "calls": 3, "ops": [
+        {"name": "pre", "start_us": 2.0, "duration_us": 5.0, "gap_us": 2.0},
+        {"name": "main", "start_us": 9.0, "duration_us": 41.0, "gap_us": 2.0}]})
+    expect("nothing launched", times.median_timeline([[], []]), None)
+    expect("the round of median span", times.median_round([{"span_us": 3.0}, None, {"span_us": 1.0}, {"span_us": 2.0}]),
+           {"span_us": 2.0})
+    span_rows = [{"head_dim": 128, "causal": True, "seqlen": 2048, "impl": impl,
+                  "timeline": {"span_us": span, "calls": 3, "ops": [{"duration_us": d, "gap_us": 0.0} for d in ops]}}
+                 for impl, span, ops in (("fa3", 100.0, (60.0, 30.0)), ("fa4", 95.0, (90.0,)))]
+    span_lines = times.span_summary(span_rows + [{"head_dim": 64, "causal": False, "seqlen": 2048, "impl": "x"}])
+    expect("span summary rows", len(span_lines), 4)
+    expect("span, ours", span_lines[2], "| 128 | causal | 2048 | fa3 | 100.0 | 90.0 | 10.0 | 1.000 |")
+    expect("span, fa4", span_lines[3], "| 128 | causal | 2048 | fa4 | 95.0 | 90.0 | 5.0 | 0.950 |")
+
     for failure in failures:
         print("FAILED:", failure)
     if failures:
         sys.exit(1)
-    print("interleaved rounds: the order, the medians and backward_kernel_times.py's summary as worked out by hand")
+    print("interleaved rounds: the order, the medians, backward_kernel_times.py's summary and timelines as worked out by hand")
 
 
 if __name__ == "__main__":
