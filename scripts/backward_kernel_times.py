@@ -88,8 +88,8 @@ def flushed_events(call, calls):
             cache.bitwise_not_()
             call()
         torch.cuda.synchronize()
-    return [(short_name(event.name), event.time_range.start, event.time_range.end) for event in prof.events()
-            if event.device_type == torch.autograd.DeviceType.CUDA]
+    return [(FLUSH_KERNEL if FLUSH_KERNEL in event.name else short_name(event.name), event.time_range.start,
+             event.time_range.end) for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def call_timelines(events):
