@@ -63,8 +63,7 @@ __device__ void write_dq(const BackwardParams& p, const KeyBlockWork& w, unsigne
       mbarrier_arrive(&bars.dq_empty[0]), mbarrier_arrive(&bars.dq_empty[1]);
       if (p.deterministic) {
         bulk_wait();  // the sums are in memory
-        __threadfence();
-        pass_turn(turn.counter, turn.turn + 1);
+        pass_turn(turn.counter, turn.turn + 1);  // a release: the sums go before it
       }
     }
   }
