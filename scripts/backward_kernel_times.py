@@ -26,7 +26,7 @@ import sys
 
 import argument_checks
 import flop_convention
-from interleaved_rounds import median, rotated
+from interleaved_rounds import ORDERS, in_order, median
 
 # PyTorch, Triton and the benchmark's helpers are imported once the arguments are checked
 # (load_gpu_modules), so a bad argument is refused on any machine.
@@ -161,14 +161,14 @@ def backward_calls(lib, q, k, v, do, causal):
     return calls
 
 
-def interleaved_medians(names, rounds, measure):
+def interleaved_medians(names, rounds, measure, order="rotated"):
     """measure(name) -> (wall in us, {kernel: us per call}), for every name in each of `rounds` rounds in
-    rotated order. Returns {name: (median wall, the walls round by round, {kernel: median us})}, largest
+    the `order` of interleaved_rounds (rotated or balanced). Returns {name: (median wall, the walls round by round, {kernel: median us})}, largest
     kernel first; a kernel missing from a round's records counts 0 there."""
     walls = {name: [] for name in names}
     kernels = {name: [] for name in names}
     for round_index in range(rounds):
-        for name in rotated(names, round_index):
+        for name in in_order(names, round_index, order):
             wall, times = measure(name)
             walls[name].append(wall)
             kernels[name].append(times)
@@ -203,7 +203,7 @@ def run(args):
                     wall = bench_kernels.median_ms(calls[name]) * 1e3
                     timelines[name].append(median_timeline(call_timelines(flushed_events(calls[name], args.calls))))
                     return wall, kernel_times(calls[name], args.calls)
-                measured = interleaved_medians(list(calls), args.rounds, measure)
+                measured = interleaved_medians(list(calls), args.rounds, measure, args.order)
                 for name, (wall_us, walls, kernels) in measured.items():
                     difference = differences[name]
                     row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h, "impl": name,
@@ -216,7 +216,7 @@ def run(args):
                           f"max diff {max(difference.values()):.1e}", flush=True)
                 del q, k, v, do, calls, reference
     return {"environment": bench_kernels.environment(" ".join(sys.argv)), "calls_profiled": args.calls,
-            "rounds": args.rounds, "rows": rows}
+            "rounds": args.rounds, "order": args.order, "rows": rows}
 
 
 def median_round(timelines):
@@ -309,6 +309,8 @@ def main():
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--calls", type=int, default=10, help="profiled calls per implementation and round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
+    parser.add_argument("--order", choices=ORDERS, default="rotated",
+                        help="the rounds' order (scripts/interleaved_rounds.py): rotated or balanced")
     parser.add_argument("--sdpa-flash", action="store_true", help="also list SDPA flash's kernels")
     args = parser.parse_args()
     checks = [("--tokens", args.tokens, 1, 1 << 24), ("--hidden", args.hidden, 64, 1 << 16), ("--calls", args.calls, 1, 1000),

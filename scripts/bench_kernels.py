@@ -127,9 +127,11 @@ def matmul_ceiling():
     return 2 * 8192 ** 3 / ms / 1e9
 
 
-def interleaved_medians(timers, rounds):
+def interleaved_medians(timers, rounds, order="rotated"):
     """Each timer (a function returning milliseconds) run `rounds` times, the timers taking turns
-    within each round and each round starting one timer later than the one before. The H200's
+    within each round, in the `order` of interleaved_rounds (rotated: each round starting one timer
+    later than the one before; balanced: a Williams design, which varies each timer's predecessor
+    as well). The H200's
     clock follows its power draw: in a fixed order, an unchanged copy of our library timed fifth
     ran 1-5 % slower than the same kernels timed first (docs/kernels.md), so no position is fixed.
     Every timer also warms up on its own load first (median_ms). Returns {name: median over the rounds} and {name: error}
@@ -137,7 +139,7 @@ def interleaved_medians(timers, rounds):
     names = list(timers)
     times, errors = {name: [] for name in names}, {}
     for round_index in range(rounds):
-        for name in interleaved_rounds.rotated(names, round_index):
+        for name in interleaved_rounds.in_order(names, round_index, order):
             if name in errors:
                 continue
             try:
@@ -239,7 +241,7 @@ def ablation(lib, args):
                 lib.forward_steps(steps, q, k, v, o, lse, causal)
                 diffs[name] = (o.float() - reference.float()).abs().max().item()
                 timers[name] = lambda steps=steps: median_ms(lambda: lib.forward_steps(steps, q, k, v, o, lse, causal))
-            medians, errors = interleaved_medians(timers, args.rounds)
+            medians, errors = interleaved_medians(timers, args.rounds, args.order)
             flops = flop_convention.flops(b, h, s, d, causal)
             row = {"head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
                    "fwd": {n: (None if ms is None else flops / ms / 1e9) for n, ms in medians.items()},
@@ -264,7 +266,7 @@ def run(args):
     lib = libs["fa2"]
     command = " ".join([os.path.basename(sys.executable)] + sys.argv)
     result = {"environment": environment(command), "convention": f"{flop_convention.TEXT}; "
-              f"median of CUDA-event timings (triton do_bench), median over {args.rounds} interleaved rounds",
+              f"median of CUDA-event timings (triton do_bench), median over {args.rounds} interleaved rounds ({args.order} order)",
               "rows": []}
     result["matmul_bf16_8192_tflops"] = matmul_ceiling()
     print(f"bf16 8192^3 matmul: {result['matmul_bf16_8192_tflops']:.0f} TFLOP/s", flush=True)
@@ -328,7 +330,7 @@ def run(args):
                         timers[name] = sdpa_forward_timer(backend, q, k, v, causal)
                 if args.backward_only:  # the forward ran once above, for its check; it is not timed
                     timers = {}
-                medians, errors = interleaved_medians(timers, args.rounds)
+                medians, errors = interleaved_medians(timers, args.rounds, args.order)
                 row["fwd"] = {name: (None if ms is None else fwd_flops / ms / 1e9) for name, ms in medians.items()}
                 for name, error in errors.items():
                     row.setdefault("errors", {})[f"fwd {name}"] = error
@@ -374,7 +376,7 @@ def run(args):
                             timers[name] = sdpa_backward_timer(backend, q, k, v, do, causal)
                     row["bwd_max_abs_diff_vs_sdpa_flash"] = grad_diffs
                     del reference_grads
-                    medians, errors = interleaved_medians(timers, args.rounds)
+                    medians, errors = interleaved_medians(timers, args.rounds, args.order)
                     row["bwd"] = {name: (None if ms is None else bwd_flops / ms / 1e9) for name, ms in medians.items()}
                     for name, error in errors.items():
                         row.setdefault("errors", {})[f"bwd {name}"] = error
@@ -493,6 +495,10 @@ def main():
                         help="with --backward: also time the FA3 backward's deterministic mode")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved timing rounds per problem (the median is reported)")
+    parser.add_argument("--order", choices=interleaved_rounds.ORDERS, default="rotated",
+                        help="the rounds' order (scripts/interleaved_rounds.py): rotated, or balanced, which also "
+                             "varies each implementation's predecessor (balanced over a multiple of the timers' count, "
+                             "twice it if odd)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=PATH",
                         help="another build of libflashlab_kernels_c.so, its FA2 (FA3) timed as fa2@NAME (fa3@NAME)")
     parser.add_argument("--generations", nargs="+", default=["fa1", "fa2", "fa3"], choices=["fa1", "fa2", "fa3"],

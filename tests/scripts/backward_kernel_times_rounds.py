@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmarks' interleaved rounds (scripts/interleaved_rounds.py) and
 scripts/backward_kernel_times.py's use of them, without a GPU: the order of each round (rotated by
-one a round), the medians over the rounds (of an even count the upper middle value; a kernel
+one a round, or the balanced Williams design, checked by counting positions and predecessors), the medians over the rounds (of an even count the upper middle value; a kernel
 missing from a round counted 0), the summary's ratios to ours, and the calls' timelines after the
 L2 flush (grouped by flush, medians op by op), against values worked out by hand."""
 import pathlib
@@ -24,6 +24,30 @@ def main():
     expect("round 4 of 3 names", interleaved_rounds.rotated(["a", "b", "c"], 4), ["b", "c", "a"])
     expect("a round of no names", interleaved_rounds.rotated([], 2), [])  # the forward under --backward-only
 
+    # The balanced order, checked by counting: over its n rounds (2n for odd n) each name takes
+    # each position equally often and follows each other name equally often within a round.
+    for n in range(1, 8):
+        names = [chr(ord("a") + i) for i in range(n)]
+        rows = n if n % 2 == 0 else 2 * n
+        orders = [interleaved_rounds.balanced(names, r) for r in range(rows)]
+        positions = {(name, order.index(name)) for order in orders for name in names}
+        expect(f"balanced, {n} names: permutations", all(sorted(order) == names for order in orders), True)
+        expect(f"balanced, {n} names: every position", len(positions), n * n)
+        pairs = [(order[i], order[i + 1]) for order in orders for i in range(n - 1)]
+        expect(f"balanced, {n} names: every predecessor once (twice if odd)",
+               sorted(set(pairs)) == sorted((x, y) for x in names for y in names if x != y) and
+               all(pairs.count(pair) == rows // n for pair in set(pairs)), True)
+        expect(f"balanced, {n} names: repeats after {rows} rounds", interleaved_rounds.balanced(names, rows + 1), orders[1 % rows])
+    expect("balanced, 4 names", [''.join(interleaved_rounds.balanced(list("abcd"), r)) for r in range(4)],
+           ["abdc", "bcad", "cdba", "dacb"])  # 0 1 3 2 shifted by the round
+    expect("no names", interleaved_rounds.balanced([], 3), [])
+    expect("the rule by name", interleaved_rounds.in_order(["a", "b", "c"], 1, "rotated"), ["b", "c", "a"])
+    try:
+        interleaved_rounds.in_order(["a"], 0, "shuffled")
+        failures.append("an unknown order was taken")
+    except ValueError:
+        pass
+
     calls = []
     walls = {"a": [10.0, 30.0, 20.0, 40.0], "b": [5.0, 5.0, 9.0, 1.0], "c": [7.0, 8.0, 9.0, 10.0]}
     kernels = {"a": [{"main": 5.0, "small": 1.0}, {"main": 7.0}, {"main": 6.0, "small": 3.0}, {"main": 100.0, "small": 2.0}],
@@ -44,6 +68,9 @@ def main():
     expect("a's kernel order", list(result["a"][2]), ["main", "small"])
     expect("b's wall", result["b"][0], 5.0)  # 1 5 5 9
     expect("one round", times.interleaved_medians(["x"], 1, lambda name: (3.0, {"k": 2.0})), {"x": (3.0, [3.0], {"k": 2.0})})
+    balanced_calls = []
+    times.interleaved_medians(["a", "b", "c"], 2, lambda name: balanced_calls.append(name) or (1.0, {}), "balanced")
+    expect("balanced call order", "".join(balanced_calls), "abc" + "bca")
 
     rows = [{"head_dim": 128, "causal": False, "seqlen": 2048, "impl": impl, "wall_us": wall,
              "kernels_us": {"main": main, "small": 20.0}, "kernels_sum_us": main + 20.0}
