@@ -98,6 +98,10 @@ __global__ void __launch_bounds__(kBackwardAuxThreads) backward_preprocess_kerne
   const int head = static_cast<int>(group_index / p.total_rows_q);
   const int row = static_cast<int>(group_index % p.total_rows_q);  // workspace row
   const bool active = head < p.heads_q;
+  // The FA3 rung launches its main kernel as this kernel's programmatic dependent: it may start
+  // (barriers, its first K, Q and dO loads) once every block here has begun, and waits for this
+  // kernel's end before it reads LSE, D or the accumulator (backward_launch.cuh).
+  device::allow_dependent_launch();
   if (p.preprocess_zeroes_dq_accum) {
     // The dQ accumulator starts at zero (heads_q x dq_rows x padded_head_dim floats, a multiple of
     // 4): 16-byte stores spread over every thread of the launch, in place of a memset pass before it.

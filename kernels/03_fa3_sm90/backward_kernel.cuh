@@ -3,7 +3,9 @@
 // backward_instances/ instantiates them, one head dim per file; backward_tiling.hpp gives the tiles.
 //
 // Three kernels on one stream, as in the FA2 rung: the FA2 rung's preprocess (D = rowsum(dO * O)
-// and LSE in base 2, Algorithm 2 line 4), the main kernel here, and the dQ convert here.
+// and LSE in base 2, Algorithm 2 line 4), the main kernel here, and the dQ convert here; the last
+// two launched as programmatic dependents of the kernel before them (backward_launch.cuh), so
+// that each starts while that kernel's last blocks finish and waits for it where it reads its output.
 //
 // The main kernel: one block per (key block j, KV head, batch), or at d 64 persistent, each block
 // walking key blocks (backward_pipeline.cuh's walk; BackwardTiling::kPersistent); warp
@@ -37,6 +39,7 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
   const int dq_writer_warps = Tile::kHeadDimSplit ? (p.deterministic ? 1 : 0) : (p.deterministic ? 2 : 1);
   const int walk_readers = 1 + (Tile::kHeadDimSplit ? dq_writer_warps : 32 * dq_writer_warps) + 8 * 32;
   if (threadIdx.x == 0) {
+    device::allow_dependent_launch();  // the dQ convert, launched as this kernel's dependent, may be scheduled
     // The tensor maps first, so that their fetch overlaps the set-up before the first loads.
     tma_prefetch_map(p.k_map), tma_prefetch_map(p.v_map), tma_prefetch_map(p.q_map), tma_prefetch_map(p.do_map);
     tma_prefetch_map(p.lse_map), tma_prefetch_map(p.delta_map);
@@ -67,6 +70,9 @@ __global__ void __launch_bounds__(BackwardTiling<kHeadDim, kMaskedVariant>::kThr
     }
   }
   __syncthreads();
+  // Launched as the preprocess's dependent: nothing touches its output (LSE, D, the zeroed
+  // accumulator) before it ends. Thread 0, the producer's lane, waits before its first LSE_i.
+  if (threadIdx.x != 0) device::wait_for_previous_grid();
   // The warpgroup index through a shuffle, so the compiler knows it is the same in every lane (the
   // consumers' matrix descriptors then stay in uniform registers).
   const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
@@ -122,6 +128,7 @@ __global__ void __launch_bounds__(kConvertThreads) fa3_backward_convert_dq_kerne
   constexpr int kVectors = Tile::kDqSliceFloats / 4 / kConvertThreads;  // float4 loads per thread
   static_assert(Tile::kDqSliceFloats % (4 * kConvertThreads) == 0, "whole float4 loads per thread");
   __shared__ __align__(16) float rows[kSliceRows * kPitch];
+  device::wait_for_previous_grid();  // launched as the main kernel's dependent: its accumulator complete
   const int query_block = blockIdx.x / Tile::kDqSlices, slice = blockIdx.x % Tile::kDqSlices;
   const int head = blockIdx.y, b = blockIdx.z;
   const SequenceView seq = sequence_view(p, b);

@@ -14,6 +14,21 @@
 
 namespace flashlab::kernels::fa3 {
 
+// Launches `kernel` as the programmatic dependent of the kernel before it on `stream` (PDL): its
+// blocks may start while that kernel finishes, and wait for it where they read its output
+// (device::wait_for_previous_grid).
+template <typename... Params>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, int shared_bytes, cudaStream_t stream,
+                      const BackwardParams& params, const char* what) {
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = dim3(threads), config.dynamicSmemBytes = shared_bytes, config.stream = stream;
+  config.attrs = &dependent, config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, params), what);
+}
+
 template <typename T, int kHeadDim, bool kMaskedVariant>
 void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
   using Tile = BackwardTiling<kHeadDim, kMaskedVariant>;
@@ -31,13 +46,12 @@ void launch_fa3_backward(const BackwardParams& params, cudaStream_t stream) {
     // Persistent: a block per SM, or per key block when there are fewer (backward_pipeline.cuh).
     int blocks = params.order.tiles();
     if constexpr (Tile::kPersistent) blocks = std::min(blocks, current_device_sm_count());
-    kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(params);
-    check_cuda(cudaGetLastError(), "fa3_backward main launch");
+    launch_dependent(kernel, dim3(blocks), Tile::kThreads, Tile::kSharedBytes, stream, params, "fa3_backward main launch");
   }
   {
     const dim3 grid(params.query_blocks * Tile::kDqSlices, params.heads_q, params.batch);
-    fa3_backward_convert_dq_kernel<T, kHeadDim, kMaskedVariant><<<grid, kConvertThreads, 0, stream>>>(params);
-    check_cuda(cudaGetLastError(), "fa3_backward convert launch");
+    launch_dependent(&fa3_backward_convert_dq_kernel<T, kHeadDim, kMaskedVariant>, grid, kConvertThreads, 0, stream, params,
+                     "fa3_backward convert launch");
   }
 }
 

@@ -352,6 +352,9 @@ __device__ void produce_inputs(const BackwardParams& p, const KeyBlockWork& w, u
     // their scores are masked to -inf, so P = 0 and dS = 0.
     const int workspace_row = static_cast<int>(backward_rows_first_row(w.sequence.first_row_q, w.batch)) + query_begin;
     float* stage_rows = rows + ring.stage * 2 * Tile::kRowsPitch;
+    // The preprocess writes LSE and D: the key block's first rows wait for its end (its first Q_i
+    // and dO_i, and at the block start K_j, are on their way meanwhile).
+    if (it == 0) device::wait_for_previous_grid();
     tma_load_rows(stage_rows, p.lse_map, workspace_row, step.head, full);
     tma_load_rows(stage_rows + Tile::kRowsPitch, p.delta_map, workspace_row, step.head, full);
     if (it == 0) {

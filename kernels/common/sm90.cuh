@@ -90,4 +90,21 @@ __device__ __forceinline__ void bulk_wait_read() {
 #endif
 }
 
+// Programmatic dependent launch (PTX griddepcontrol, through the CUDA runtime's device builtins).
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+// kernel before it on the stream still runs: allow_dependent_launch() lets the next such kernel's
+// blocks be scheduled once every block of this one has called it (or exited), and
+// wait_for_previous_grid() returns once the kernel before has completed and its writes are
+// visible. Without the attribute both are no-ops.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
 }  // namespace flashlab::kernels::device
