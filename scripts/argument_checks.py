@@ -17,6 +17,12 @@ def check_ranges(script, checks):
             refuse(script, f"{flag} {value} is outside [{low}, {high}]")
 
 
+def check_choice(script, flag, value, allowed):
+    """value to be one of `allowed`."""
+    if value not in allowed:
+        refuse(script, f"{flag} {value}: give one of {', '.join(allowed)}")
+
+
 def check_output_folders(script, outputs):
     """outputs: (flag, path), each given path's folder to exist (a flag not given has path None)."""
     for flag, path in outputs:

@@ -309,7 +309,7 @@ def main():
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--calls", type=int, default=10, help="profiled calls per implementation and round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
-    parser.add_argument("--order", choices=ORDERS, default="rotated",
+    parser.add_argument("--order", default="rotated",
                         help="the rounds' order (scripts/interleaved_rounds.py): rotated or balanced")
     parser.add_argument("--sdpa-flash", action="store_true", help="also list SDPA flash's kernels")
     args = parser.parse_args()
@@ -317,6 +317,7 @@ def main():
               ("--rounds", args.rounds, 1, 100)]
     checks += [("--seqlens", s, 1, 1 << 20) for s in args.seqlens]
     argument_checks.check_ranges(SCRIPT, checks)
+    argument_checks.check_choice(SCRIPT, "--order", args.order, ORDERS)
     for d in args.head_dims:
         if d not in (64, 128, 256) or args.hidden % d:
             argument_checks.refuse(SCRIPT, f"--head-dims {d}: give 64, 128 or 256, dividing --hidden {args.hidden}")

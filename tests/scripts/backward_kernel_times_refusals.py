@@ -16,6 +16,7 @@ def main():
             (["--hidden", "32"], "--hidden 32 is outside [64, 65536]"),
             (["--calls", "0"], "--calls 0 is outside [1, 1000]"),
             (["--rounds", "0"], "--rounds 0 is outside [1, 100]"),
+            (["--order", "shuffled"], "--order shuffled: give one of rotated, balanced"),
             (["--seqlens", "2048", "-1"], "--seqlens -1 is outside [1, 1048576]"),
             (["--head-dims", "96"], "--head-dims 96: give 64, 128 or 256"),
             (["--head-dims", "256", "--hidden", "320"], "--head-dims 256: give 64, 128 or 256, dividing --hidden 320"),

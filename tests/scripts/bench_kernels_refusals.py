@@ -18,6 +18,7 @@ def main():
             (["--hidden", "4"], "--hidden 4 is outside [8, 65536]"),
             (["--rounds", "0"], "--rounds 0 is outside [1, 100]"),
             (["--rounds", "101"], "--rounds 101 is outside [1, 100]"),
+            (["--order", "shuffled"], "--order shuffled: give one of rotated, balanced"),
             (["--fa1-max-seqlen", "-1"], "--fa1-max-seqlen -1 is outside [0, 1048576]"),
             (["--seqlens", "2048", "0"], "--seqlens 0 is outside [1, 1048576]"),
             (["--head-dims", "100"], "--head-dims 100: give a multiple of 8 in [8, 256] dividing --hidden 2048"),
