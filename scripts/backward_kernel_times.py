@@ -59,17 +59,25 @@ def short_name(name, width=72):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def kernel_times(call, calls):
-    """{kernel name: microseconds per call} of `calls` calls of `call`, from the profiler's device records."""
+def device_records(call, calls, before=None):
+    """The profiler's device records (full name, start us, end us, duration us) of `calls` calls of
+    `call`, each after `before()` if given."""
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
+            if before is not None:
+                before()
             call()
         torch.cuda.synchronize()
+    return [(event.name, event.time_range.start, event.time_range.end, event.device_time) for event in prof.events()
+            if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def kernel_times(call, calls):
+    """{kernel name: microseconds per call} of `calls` calls of `call`, from the profiler's device records."""
     totals = collections.defaultdict(float)
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[short_name(event.name)] += event.device_time / calls  # microseconds
+    for name, _, _, duration in device_records(call, calls):
+        totals[short_name(name)] += duration / calls
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
@@ -82,14 +90,8 @@ FLUSH_KERNEL = "bitwise_not"
 def flushed_events(call, calls):
     """The device records (name, start us, end us) of `calls` calls of `call`, each after the flush."""
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            cache.bitwise_not_()
-            call()
-        torch.cuda.synchronize()
-    return [(FLUSH_KERNEL if FLUSH_KERNEL in event.name else short_name(event.name), event.time_range.start,
-             event.time_range.end) for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    return [(FLUSH_KERNEL if FLUSH_KERNEL in name else short_name(name), start, end)
+            for name, start, end, _ in device_records(call, calls, before=cache.bitwise_not_)]
 
 
 def call_timelines(events):
@@ -219,6 +221,11 @@ def run(args):
             "rounds": args.rounds, "order": args.order, "rows": rows}
 
 
+def ops_us(timeline):
+    """A timeline's time in its ops, and before and between them (the sum of its median gaps)."""
+    return sum(op["duration_us"] for op in timeline["ops"]), sum(op["gap_us"] for op in timeline["ops"])
+
+
 def median_round(timelines):
     """Of the rounds' timelines, the one with the median span (None if no round launched anything)."""
     kept = sorted((t for t in timelines if t is not None), key=lambda t: t["span_us"])
@@ -244,17 +251,17 @@ def summary(rows):
 
 def span_summary(rows):
     """One line per implementation and shape with a timeline: the span after the flush, its ops' time,
-    the time before and between them, and the span as a multiple of ours (fa3) on the same shape."""
+    the time before and between them (ops_us), and the span as a multiple of ours (fa3) on the same shape."""
     rows = [row for row in rows if row.get("timeline")]
     ours = {(r["head_dim"], r["causal"], r["seqlen"]): r["timeline"]["span_us"] for r in rows if r["impl"] == "fa3"}
     lines = ["| d | mask | seqlen | implementation | span | in the ops | before and between them | span / ours |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in rows:
         timeline, base = row["timeline"], ours.get((row["head_dim"], row["causal"], row["seqlen"]))
-        in_ops = sum(op["duration_us"] for op in timeline["ops"])
+        in_ops, between = ops_us(timeline)
         ratio = f"{timeline['span_us'] / base:.3f}" if base else "-"
         lines.append(f"| {row['head_dim']} | {'causal' if row['causal'] else 'none'} | {row['seqlen']} | {row['impl']} | "
-                     f"{timeline['span_us']:.1f} | {in_ops:.1f} | {timeline['span_us'] - in_ops:.1f} | {ratio} |")
+                     f"{timeline['span_us']:.1f} | {in_ops:.1f} | {between:.1f} | {ratio} |")
     return lines
 
 
@@ -288,9 +295,10 @@ def timeline_lines(timeline):
     """A call after the flush, op by op (median_timeline), as markdown lines."""
     if timeline is None:
         return []
+    in_ops, between = ops_us(timeline)
     lines = [f"After the L2 flush (median of {timeline['calls']} calls, the round of median span): span "
-             f"{timeline['span_us']:.1f} us, of it {sum(op['duration_us'] for op in timeline['ops']):.1f} in the ops "
-             f"and {sum(op['gap_us'] for op in timeline['ops']):.1f} before and between them", "",
+             f"{timeline['span_us']:.1f} us; the ops {in_ops:.1f} us, before and between them {between:.1f} us "
+             "(medians op by op, so the two need not add up to the span)", "",
              "| op | gap before | starts at | duration |", "| --- | --- | --- | --- |"]
     lines += [f"| `{op['name']}` | {op['gap_us']:.1f} | {op['start_us']:.1f} | {op['duration_us']:.1f} |"
               for op in timeline["ops"]]

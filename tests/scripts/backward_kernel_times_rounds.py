@@ -99,12 +99,14 @@ def main():
     expect("the round of median span", times.median_round([{"span_us": 3.0}, None, {"span_us": 1.0}, {"span_us": 2.0}]),
            {"span_us": 2.0})
     span_rows = [{"head_dim": 128, "causal": True, "seqlen": 2048, "impl": impl,
-                  "timeline": {"span_us": span, "calls": 3, "ops": [{"duration_us": d, "gap_us": 0.0} for d in ops]}}
-                 for impl, span, ops in (("fa3", 100.0, (60.0, 30.0)), ("fa4", 95.0, (90.0,)))]
+                  "timeline": {"span_us": span, "calls": 3, "ops": [{"duration_us": d, "gap_us": g} for d, g in ops]}}
+                 for impl, span, ops in (("fa3", 100.0, ((60.0, 2.0), (30.0, 3.5))), ("fa4", 95.0, ((90.0, -1.5),)))]
     span_lines = times.span_summary(span_rows + [{"head_dim": 64, "causal": False, "seqlen": 2048, "impl": "x"}])
     expect("span summary rows", len(span_lines), 4)
-    expect("span, ours", span_lines[2], "| 128 | causal | 2048 | fa3 | 100.0 | 90.0 | 10.0 | 1.000 |")
-    expect("span, fa4", span_lines[3], "| 128 | causal | 2048 | fa4 | 95.0 | 90.0 | 5.0 | 0.950 |")
+    # Before and between the ops: the sum of their median gaps (2 + 3.5; -1.5), not span - ops.
+    expect("span, ours", span_lines[2], "| 128 | causal | 2048 | fa3 | 100.0 | 90.0 | 5.5 | 1.000 |")
+    expect("span, fa4", span_lines[3], "| 128 | causal | 2048 | fa4 | 95.0 | 90.0 | -1.5 | 0.950 |")
+    expect("ops_us", times.ops_us(span_rows[0]["timeline"]), (90.0, 5.5))
 
     for failure in failures:
         print("FAILED:", failure)
