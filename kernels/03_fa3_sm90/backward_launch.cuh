@@ -17,9 +17,8 @@ namespace flashlab::kernels::fa3 {
 // Launches `kernel` as the programmatic dependent of the kernel before it on `stream` (PDL): its
 // blocks may start while that kernel finishes, and wait for it where they read its output
 // (device::wait_for_previous_grid).
-template <typename... Params>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, int shared_bytes, cudaStream_t stream,
-                      const BackwardParams& params, const char* what) {
+inline void launch_dependent(void (*kernel)(BackwardParams), dim3 grid, int threads, int shared_bytes, cudaStream_t stream,
+                             const BackwardParams& params, const char* what) {
   cudaLaunchAttribute dependent{};
   dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   dependent.val.programmaticStreamSerializationAllowed = 1;
